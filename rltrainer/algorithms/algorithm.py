@@ -1,0 +1,334 @@
+"""``Algorithm``: the training loop, evaluation, checkpoints and inference every algorithm shares.
+
+Subclasses set ``config_class``, ``learner_class`` and ``postprocess_rollout`` and
+implement one hook, ``training_step()``: sample, update, sync weights. The base class
+owns ``train()`` (repeating the hook to the configured iteration length, collecting
+metrics, evaluating, logging and checkpointing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import secrets
+import time
+from collections import deque
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+from rltrainer.checkpoints import Checkpoint, write_checkpoint
+from rltrainer.core.learner import Learner
+from rltrainer.core.learner_group import LearnerGroup
+from rltrainer.env.env_runner import EnvRunner, EpisodeStats
+from rltrainer.env.env_runner_group import EnvRunnerGroup
+from rltrainer.env.spaces import space_to_json
+from rltrainer.errors import CheckpointError, ConfigError
+from rltrainer.policy import Policy
+from rltrainer.results import ResultLogger
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Counters:
+    """Lifetime counters; checkpoints store them so a restored run continues its curve."""
+
+    training_iteration: int = 0
+    timesteps_total: int = 0
+    episodes_total: int = 0
+    time_total_s: float = 0.0
+    num_env_steps_trained: int = 0
+
+
+class Algorithm:
+    """Base class of all algorithms (RLlib's ``Algorithm`` Training API)."""
+
+    config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    learner_class: ClassVar[type[Learner]] = Learner
+    postprocess_rollout: ClassVar[Any] = None
+
+    def __init__(self, config: AlgorithmConfig | dict | None = None, env: Any = None) -> None:
+        if config is None or isinstance(config, dict):
+            config = self.config_class().update_from_dict(config or {})
+        if not isinstance(config, self.config_class):
+            raise ConfigError(
+                f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}"
+            )
+        if env is not None:
+            config.environment(env)
+        config.validate()
+        self.config = config
+        torch.set_num_threads(config.num_cpus_for_main_process)
+        if config.seed is not None:
+            random.seed(config.seed)
+            np.random.seed(config.seed)
+            torch.manual_seed(config.seed)
+        self.env_runner_group = EnvRunnerGroup(config, postprocess=type(self).postprocess_rollout)
+        self.workers = self.env_runner_group  # RLlib's older name
+        local = self.env_runner_group.local_worker()
+        self.observation_space = local.observation_space
+        self.action_space = local.action_space
+        # The learner trains its own copy of the network; runners get its weights after each update.
+        trained = Policy(self.observation_space, self.action_space, config)
+        self.learner_group = LearnerGroup(
+            self.learner_class(trained.model, trained.dist_class, config, device=self._learner_device())
+        )
+        self.env_runner_group.sync_weights(self.learner_group.get_weights())
+        self.counters = Counters()
+        self._episodes: deque[EpisodeStats] = deque(maxlen=config.metrics_num_episodes_for_smoothing)
+        self._iteration_samples = 0
+        self._iteration_episodes: list[EpisodeStats] = []
+        self._eval_runner: EnvRunner | None = None
+        self._trial_dir: Path | None = None
+        self._result_logger: ResultLogger | None = None
+
+    # --- the hook ---------------------------------------------------------------------
+    def training_step(self) -> dict[str, float]:
+        """Sample, update, sync weights; returns learner stats. Implemented by each algorithm."""
+        raise NotImplementedError
+
+    def sample_train_batch(self) -> Any:
+        """Sample ``train_batch_size`` env steps from the env runners as one batch."""
+        batches, episodes = self.env_runner_group.sample(self.config.train_batch_size)
+        batch = batches[0] if len(batches) == 1 else type(batches[0])(
+            *(np.concatenate(column) for column in zip(*batches, strict=True))
+        )
+        steps = len(batch[0])
+        self.counters.timesteps_total += steps
+        self._iteration_samples += steps
+        self._iteration_episodes.extend(episodes)
+        self._episodes.extend(episodes)
+        return batch
+
+    # --- training ---------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run one training iteration; returns a flat dict of metrics (see the README)."""
+        start = time.perf_counter()
+        self._iteration_samples, self._iteration_episodes = 0, []
+        trained_before = self.counters.num_env_steps_trained
+        cfg = self.config
+        while True:
+            stats = self.training_step()
+            elapsed = time.perf_counter() - start
+            if elapsed >= cfg.min_time_s_per_iteration and (
+                self._iteration_samples >= cfg.min_sample_timesteps_per_iteration
+            ):
+                break
+        self.counters.training_iteration += 1
+        self.counters.episodes_total += len(self._iteration_episodes)
+        self.counters.time_total_s += elapsed
+        result = {
+            "training_iteration": self.counters.training_iteration,
+            "timesteps_total": self.counters.timesteps_total,
+            "time_this_iter_s": elapsed,
+            "time_total_s": self.counters.time_total_s,
+            **episode_metrics(self._episodes),
+            "episodes_this_iter": len(self._iteration_episodes),
+            "episodes_total": self.counters.episodes_total,
+            "num_env_steps_sampled": self._iteration_samples,
+            "num_env_steps_trained": self.counters.num_env_steps_trained - trained_before,
+            "num_env_steps_sampled_lifetime": self.counters.timesteps_total,
+            "num_env_steps_sampled_per_s": self._iteration_samples / max(elapsed, 1e-9),
+            **stats,
+        }
+        if cfg.evaluation_interval and self.counters.training_iteration % cfg.evaluation_interval == 0:
+            result.update(self.evaluate())
+        result["timestamp"] = int(time.time())
+        self._log_result(result)
+        if cfg.checkpoint_frequency and self.counters.training_iteration % cfg.checkpoint_frequency == 0:
+            result["checkpoint_path"] = self.save()
+        return result
+
+    def evaluate(self) -> dict[str, Any]:
+        """Run ``evaluation_duration`` episodes (or timesteps) with ``evaluation_config`` applied."""
+        if self._eval_runner is None:
+            self._eval_runner = EnvRunner(self.config.get_evaluation_config(), worker_index=0)
+        local = self.env_runner_group.local_worker()
+        self._eval_runner.set_weights(local.get_weights())
+        self._eval_runner.set_filter_state(local.get_filter_state())
+        by_episodes = self.config.evaluation_duration_unit == "episodes"
+        duration = self.config.evaluation_duration
+        episodes = self._eval_runner.sample_episodes(
+            num_episodes=duration if by_episodes else None,
+            num_timesteps=None if by_episodes else duration,
+        )
+        metrics = episode_metrics(episodes)
+        metrics["episodes_this_iter"] = len(episodes)
+        metrics["num_env_steps_sampled"] = sum(e.episode_len for e in episodes)
+        metrics["episode_returns"] = [e.episode_return for e in episodes]
+        return {"evaluation": metrics}
+
+    # --- inference ----------------------------------------------------------------------
+    def get_policy(self, policy_id: str = "default_policy") -> Policy:  # noqa: ARG002
+        """The policy the env runners act with (weights as of the last update)."""
+        return self.env_runner_group.local_worker().policy
+
+    def compute_single_action(self, observation: Any, explore: bool | None = None,
+                              full_fetch: bool = False) -> Any:
+        """The action for one raw env observation (same preprocessing and filter as training).
+
+        With ``full_fetch`` returns ``(action, [], extra)`` where ``extra`` holds
+        ``action_logp``, ``action_dist_inputs`` and ``vf_preds``, as RLlib does.
+        """
+        runner = self.env_runner_group.local_worker()
+        policy = runner.policy
+        flat = runner.filter(policy.preprocessor.transform_one(observation), update=False)
+        out = policy.compute(flat, self.config.explore if explore is None else explore)
+        action = out["env_actions"][0]
+        if not full_fetch:
+            return action
+        extra = {k: np.asarray(out[k])[0] for k in ("action_logp", "action_dist_inputs", "vf_preds")}
+        return action, [], extra
+
+    def compute_actions(self, observations: Any, explore: bool | None = None,
+                        full_fetch: bool = False) -> Any:
+        """Actions for a list (or dict by key) of raw observations."""
+        keys = list(observations) if isinstance(observations, dict) else None
+        items = [observations[k] for k in keys] if keys is not None else list(observations)
+        runner = self.env_runner_group.local_worker()
+        flat = np.concatenate([runner.policy.preprocessor.transform_one(o) for o in items])
+        out = runner.policy.compute(runner.filter(flat, update=False),
+                                    self.config.explore if explore is None else explore)
+        actions = out["env_actions"]
+        if keys is not None:
+            actions = dict(zip(keys, actions, strict=True))
+        extra = {k: np.asarray(out[k]) for k in ("action_logp", "action_dist_inputs", "vf_preds")}
+        return (actions, [], extra) if full_fetch else actions
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def save(self, checkpoint_dir: str | None = None) -> str:
+        """Write a checkpoint (default: ``<trial_dir>/checkpoint_<iteration>``); returns its path."""
+        if checkpoint_dir is None:
+            checkpoint_dir = str(self.trial_dir / f"checkpoint_{self.counters.training_iteration:06d}")
+        learner = self.learner_group.local_learner
+        metadata = {
+            "algorithm": type(self).__name__,
+            "config": self.config.to_dict(),
+            "observation_space": space_to_json(self.observation_space),
+            "action_space": space_to_json(self.action_space),
+            "counters": dataclasses.asdict(self.counters),
+            "learning_curve": {
+                "episode_returns": [e.episode_return for e in self._episodes],
+                "episode_lens": [e.episode_len for e in self._episodes],
+            },
+            "learner": learner.get_extra_state(),
+            "observation_filter": self.config.observation_filter,
+            "created_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+        }
+        return write_checkpoint(
+            checkpoint_dir,
+            metadata,
+            tensors={"policy.safetensors": learner.get_weights(), "optimizer.safetensors": learner.get_optimizer_state()},
+            arrays={"filter.npz": self.env_runner_group.local_worker().get_filter_state()},
+        )
+
+    save_to_path = save
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Load weights, optimizer, filter, counters and learning curve from a checkpoint."""
+        self._restore_from(Checkpoint.load(checkpoint_path))
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint_path: str, config_overrides: dict | None = None) -> Algorithm:
+        """Rebuild the algorithm a checkpoint was written by, from the checkpoint alone."""
+        from rltrainer.algorithms.registry import get_algorithm_class
+
+        checkpoint = Checkpoint.load(checkpoint_path)
+        algo_class = get_algorithm_class(checkpoint.metadata["algorithm"])
+        if not issubclass(algo_class, cls):
+            raise CheckpointError(
+                f"{checkpoint_path!r} is a {algo_class.__name__} checkpoint, not {cls.__name__}"
+            )
+        try:
+            config = algo_class.config_class.from_dict(checkpoint.metadata["config"])
+        except ConfigError as err:
+            raise CheckpointError(f"checkpoint {checkpoint_path!r} has an invalid config: {err}") from None
+        if config_overrides:
+            config.update_from_dict(config_overrides)
+        algo = algo_class(config)
+        algo._restore_from(checkpoint)
+        return algo
+
+    def _restore_from(self, checkpoint: Checkpoint) -> None:
+        meta = checkpoint.metadata
+        if meta["algorithm"] != type(self).__name__:
+            raise CheckpointError(f"cannot restore a {meta['algorithm']} checkpoint into {type(self).__name__}")
+        for key, space in (("observation_space", self.observation_space), ("action_space", self.action_space)):
+            if meta.get(key) != space_to_json(space):
+                raise CheckpointError(
+                    f"checkpoint {str(checkpoint.path)!r} was trained with {key} {meta.get(key)}, "
+                    f"but this env has {space_to_json(space)}"
+                )
+        learner = self.learner_group.local_learner
+        try:
+            learner.set_weights(checkpoint.tensors("policy.safetensors"))
+            learner.set_optimizer_state(checkpoint.tensors("optimizer.safetensors"))
+        except (RuntimeError, KeyError, ValueError) as err:
+            raise CheckpointError(f"checkpoint {str(checkpoint.path)!r} does not fit this model: {err}") from None
+        learner.set_extra_state(meta["learner"])
+        self.env_runner_group.sync_weights(learner.get_weights())
+        filter_state = checkpoint.arrays("filter.npz")
+        self.env_runner_group.foreach_worker(lambda runner: runner.set_filter_state(filter_state))
+        self.counters = Counters(**meta["counters"])
+        curve = meta.get("learning_curve", {})
+        self._episodes.clear()
+        self._episodes.extend(
+            EpisodeStats(r, n) for r, n in zip(curve.get("episode_returns", []), curve.get("episode_lens", []), strict=True)
+        )
+
+    # --- results folder -------------------------------------------------------------------
+    @property
+    def trial_dir(self) -> Path:
+        """``<storage_path>/<experiment_name>/<trial_id>`` (created when first written to)."""
+        if self._trial_dir is None:
+            name = self.config.experiment_name or f"{type(self).__name__}_{self.config.env_name}"
+            stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+            trial_id = f"{type(self).__name__}_{self.config.env_name}_{stamp}_{secrets.token_hex(2)}"
+            self._trial_dir = Path(self.config.storage_path).expanduser() / name / trial_id
+        return self._trial_dir
+
+    logdir = trial_dir
+
+    def _log_result(self, result: dict[str, Any]) -> None:
+        if self._result_logger is None:
+            self._result_logger = ResultLogger(self.trial_dir, self.config.to_dict())
+        self._result_logger.log(result)
+
+    def stop(self) -> None:
+        """Release envs, actors and open files."""
+        self.env_runner_group.stop()
+        if self._eval_runner is not None:
+            self._eval_runner.stop()
+        if self._result_logger is not None:
+            self._result_logger.close()
+            self._result_logger = None
+
+    def __enter__(self) -> Algorithm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _learner_device(self) -> str:
+        return "cuda" if self.config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
+
+
+def episode_metrics(episodes: Any) -> dict[str, float]:
+    """Mean/min/max return and mean length of ``episodes`` (NaN when there are none)."""
+    if not episodes:
+        nan = float("nan")
+        return {"episode_return_mean": nan, "episode_return_min": nan, "episode_return_max": nan,
+                "episode_len_mean": nan}
+    returns = np.array([e.episode_return for e in episodes])
+    return {
+        "episode_return_mean": float(returns.mean()),
+        "episode_return_min": float(returns.min()),
+        "episode_return_max": float(returns.max()),
+        "episode_len_mean": float(np.mean([e.episode_len for e in episodes])),
+    }

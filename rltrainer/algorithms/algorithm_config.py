@@ -1,0 +1,440 @@
+"""``AlgorithmConfig``: the typed, validated builder every algorithm is configured with.
+
+The shape follows RLlib's Training APIs (``.environment()``, ``.env_runners()``,
+``.training()``, ... each returning ``self``), but every field is declared once, with a
+type and a docstring, and every builder method accepts exactly the fields of its section:
+an unknown key or a value of the wrong type raises ``ConfigError`` (a ``ValueError``)
+naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from rltrainer.errors import ConfigError
+
+PiecewiseSchedule = list[tuple[int, float]]
+
+# Names the RLlib docs and older tuned examples use for the same settings.
+ALIASES: dict[str, str] = {
+    "num_workers": "num_env_runners",
+    "num_rollout_workers": "num_env_runners",
+    "num_envs_per_worker": "num_envs_per_env_runner",
+    "num_cpus_per_worker": "num_cpus_per_env_runner",
+    "num_gpus_per_worker": "num_gpus_per_env_runner",
+    "custom_resources_per_worker": "custom_resources_per_env_runner",
+    "num_sgd_iter": "num_epochs",
+    "sgd_minibatch_size": "minibatch_size",
+    "lambda": "lambda_",
+    "framework": "framework_str",
+}
+
+
+class ModelConfig(BaseModel):
+    """The default fully connected policy/value network (RLlib's ``model`` dict)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    fcnet_hiddens: list[int] = Field(default_factory=lambda: [256, 256])
+    """Sizes of the hidden layers."""
+    fcnet_activation: Literal["tanh", "relu", "elu", "silu", "linear"] = "tanh"
+    """Activation after each hidden layer."""
+    vf_share_layers: bool = False
+    """Share the hidden layers between the policy and the value head."""
+
+    @field_validator("fcnet_hiddens")
+    @classmethod
+    def _positive_sizes(cls, sizes: list[int]) -> list[int]:
+        if any(s < 1 for s in sizes):
+            raise ValueError("every hidden layer size must be >= 1")
+        return sizes
+
+
+class AlgorithmConfig(BaseModel):
+    """Settings shared by all algorithms; subclasses add their ``training()`` fields."""
+
+    model_config = ConfigDict(
+        validate_assignment=True,
+        extra="forbid",
+        arbitrary_types_allowed=True,
+        use_attribute_docstrings=True,
+        protected_namespaces=(),
+    )
+
+    #: Builder method name -> the fields it sets. Subclasses extend "training".
+    SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "environment": (
+            "env",
+            "env_config",
+            "observation_space",
+            "action_space",
+            "clip_rewards",
+            "normalize_actions",
+            "clip_actions",
+        ),
+        "env_runners": (
+            "num_env_runners",
+            "num_envs_per_env_runner",
+            "rollout_fragment_length",
+            "batch_mode",
+            "observation_filter",
+            "sample_timeout_s",
+        ),
+        "training": ("gamma", "lr", "grad_clip", "grad_clip_by", "train_batch_size", "model"),
+        "evaluation": (
+            "evaluation_interval",
+            "evaluation_duration",
+            "evaluation_duration_unit",
+            "evaluation_config",
+        ),
+        "exploration": ("explore",),
+        "reporting": (
+            "metrics_num_episodes_for_smoothing",
+            "min_time_s_per_iteration",
+            "min_sample_timesteps_per_iteration",
+            "storage_path",
+            "experiment_name",
+        ),
+        "checkpointing": ("checkpoint_frequency", "checkpoint_at_end"),
+        "debugging": ("log_level", "seed"),
+        "resources": (
+            "num_gpus",
+            "num_cpus_for_main_process",
+            "num_cpus_per_env_runner",
+            "num_gpus_per_env_runner",
+            "custom_resources_per_env_runner",
+            "num_learners",
+            "num_gpus_per_learner",
+            "num_cpus_per_learner",
+            "custom_resources_per_learner",
+            "placement_strategy",
+        ),
+    }
+
+    # --- environment -------------------------------------------------------------
+    env: Any = None
+    """A registered name, a gymnasium id, ``"package.module:Class"``, or a ``gym.Env`` subclass."""
+    env_config: dict[str, Any] = Field(default_factory=dict)
+    """Passed to the env creator inside an ``EnvContext``."""
+    observation_space: Any = None
+    """Override the env's observation space (rarely needed)."""
+    action_space: Any = None
+    """Override the env's action space (rarely needed)."""
+    clip_rewards: bool | float | None = None
+    """``True``: sign of the reward; a float c: clip to [-c, c]; ``None``/``False``: unchanged."""
+    normalize_actions: bool = True
+    """Box actions: the policy acts in [-1, 1], rescaled to the space's bounds."""
+    clip_actions: bool = False
+    """Box actions: clip to the space's bounds before stepping the env."""
+
+    # --- env runners -------------------------------------------------------------
+    num_env_runners: int = Field(0, ge=0)
+    """Remote env-runner actors; 0 samples in the driver process without starting Ray."""
+    num_envs_per_env_runner: int = Field(1, ge=1)
+    """Vectorized envs stepped together by each env runner (batched inference)."""
+    rollout_fragment_length: int | Literal["auto"] = "auto"
+    """Steps per env per sample call; "auto" divides ``train_batch_size`` evenly."""
+    batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
+    """Cut rollouts at the fragment length (bootstrapping values) or only at episode ends."""
+    observation_filter: Literal["NoFilter", "MeanStdFilter"] = "NoFilter"
+    """Normalize observations with running mean/std statistics."""
+    sample_timeout_s: float = Field(60.0, gt=0)
+    """How long to wait for remote env runners' samples before failing."""
+
+    # --- training ----------------------------------------------------------------
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    """Discount factor."""
+    lr: float | PiecewiseSchedule = 5e-5
+    """Learning rate, or a piecewise-linear schedule ``[[timestep, value], ...]``."""
+    grad_clip: float | None = Field(None, gt=0)
+    """Clip gradients (see ``grad_clip_by``); ``None`` disables clipping."""
+    grad_clip_by: Literal["value", "norm", "global_norm"] = "global_norm"
+    """Clip each element, each tensor's norm, or the norm over all tensors."""
+    train_batch_size: int = Field(4000, ge=1)
+    """Env steps collected per training iteration."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Network architecture; ``training(model={...})`` updates only the keys given."""
+
+    # --- evaluation --------------------------------------------------------------
+    evaluation_interval: int | None = Field(None, ge=1)
+    """Evaluate every this many ``train()`` calls; ``None`` never evaluates automatically."""
+    evaluation_duration: int = Field(10, ge=1)
+    """How many episodes (or timesteps, see the unit) one evaluation runs."""
+    evaluation_duration_unit: Literal["episodes", "timesteps"] = "episodes"
+    """Unit of ``evaluation_duration``."""
+    evaluation_config: dict[str, Any] | None = None
+    """Config overrides for evaluation, e.g. ``{"explore": False}``."""
+
+    # --- exploration -------------------------------------------------------------
+    explore: bool = True
+    """Sample actions stochastically; ``False`` takes the distribution's mode."""
+
+    # --- reporting ---------------------------------------------------------------
+    metrics_num_episodes_for_smoothing: int = Field(100, ge=1)
+    """Episodes averaged in ``episode_return_mean`` and friends."""
+    min_time_s_per_iteration: float = Field(0.0, ge=0)
+    """Repeat training steps within one ``train()`` until this much time passed."""
+    min_sample_timesteps_per_iteration: int = Field(0, ge=0)
+    """Repeat training steps within one ``train()`` until this many env steps were sampled."""
+    storage_path: str = "~/rltrainer_results"
+    """Where ``<experiment_name>/<trial_id>/`` results and checkpoints are written."""
+    experiment_name: str | None = None
+    """Results folder name; defaults to ``<ALGO>_<env>``."""
+
+    # --- checkpointing -----------------------------------------------------------
+    checkpoint_frequency: int = Field(0, ge=0)
+    """Save a checkpoint every this many ``train()`` calls (0: never automatically)."""
+    checkpoint_at_end: bool = False
+    """Save a checkpoint when an experiment run by ``rltrainer train`` stops."""
+
+    # --- debugging ---------------------------------------------------------------
+    log_level: Literal["DEBUG", "INFO", "WARN", "WARNING", "ERROR"] = "WARN"
+    """Level of the ``rltrainer`` logger."""
+    seed: int | None = None
+    """Seeds torch, numpy and the envs (each env gets its own derived seed)."""
+
+    # --- resources ---------------------------------------------------------------
+    num_gpus: float = Field(0, ge=0)
+    """GPUs for the driver's local learner."""
+    num_cpus_for_main_process: int = Field(1, ge=1)
+    """CPUs of the driver process; also its torch threads (one is fastest for small networks)."""
+    num_cpus_per_env_runner: float = Field(1, ge=0)
+    """CPUs reserved for each remote env runner."""
+    num_gpus_per_env_runner: float = Field(0, ge=0)
+    """GPUs reserved for each remote env runner."""
+    custom_resources_per_env_runner: dict[str, float] = Field(default_factory=dict)
+    """Custom Ray resources each env runner requires (ties them to rollout nodes)."""
+    num_learners: int = Field(0, ge=0)
+    """Remote learner actors; 0 trains in the driver."""
+    num_gpus_per_learner: float = Field(0, ge=0)
+    """GPUs per learner (fractions allowed)."""
+    num_cpus_per_learner: float = Field(1, ge=0)
+    """CPUs per learner."""
+    custom_resources_per_learner: dict[str, float] = Field(default_factory=dict)
+    """Custom Ray resources each learner requires (ties them to learner nodes)."""
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    """Strategy of the algorithm's placement group."""
+
+    framework_str: Literal["torch"] = "torch"
+    """Only torch is supported; ``.framework("torch")`` is accepted for compatibility."""
+
+    _algo_class: type | None = PrivateAttr(default=None)
+
+    def __init__(self, algo_class: type | None = None, **data: Any) -> None:
+        super().__init__(**data)
+        self._algo_class = algo_class
+
+    # --- builder methods -----------------------------------------------------------
+    def environment(self, env: Any = None, **kwargs: Any) -> AlgorithmConfig:
+        """Which env to train on and how its observations, actions and rewards are treated."""
+        if env is not None:
+            kwargs["env"] = env
+        return self._update("environment", kwargs)
+
+    def env_runners(self, **kwargs: Any) -> AlgorithmConfig:
+        """How many env runners sample, with how many vectorized envs, in what batch mode."""
+        return self._update("env_runners", kwargs)
+
+    def training(self, **kwargs: Any) -> AlgorithmConfig:
+        """Optimization settings (subclasses add their algorithm's own)."""
+        return self._update("training", kwargs)
+
+    def evaluation(self, **kwargs: Any) -> AlgorithmConfig:
+        """When and how long to evaluate, with which config overrides."""
+        return self._update("evaluation", kwargs)
+
+    def exploration(self, **kwargs: Any) -> AlgorithmConfig:
+        """Whether actions are sampled (explore) or the distribution's mode is taken."""
+        return self._update("exploration", kwargs)
+
+    def reporting(self, **kwargs: Any) -> AlgorithmConfig:
+        """Metric smoothing, iteration length, and where results are written."""
+        return self._update("reporting", kwargs)
+
+    def checkpointing(self, **kwargs: Any) -> AlgorithmConfig:
+        """Automatic checkpoints during and at the end of training."""
+        return self._update("checkpointing", kwargs)
+
+    def debugging(self, **kwargs: Any) -> AlgorithmConfig:
+        """Log level and random seed."""
+        return self._update("debugging", kwargs)
+
+    def resources(self, **kwargs: Any) -> AlgorithmConfig:
+        """CPUs, GPUs and custom resources for learners and env runners."""
+        return self._update("resources", kwargs)
+
+    def framework(self, framework: str = "torch") -> AlgorithmConfig:
+        """Accepted for RLlib compatibility: only ``"torch"`` is supported."""
+        return self._update("framework", {"framework_str": framework}, allowed=("framework_str",))
+
+    # --- dict round trip -----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """All settings as a flat, JSON-serializable dict (``from_dict`` reads it back)."""
+        from rltrainer.env.spaces import space_to_json
+
+        out = self.model_dump(exclude={"model"})
+        out["model"] = self.model.model_dump()
+        if "lambda_" in out:
+            out["lambda"] = out.pop("lambda_")
+        if isinstance(self.env, type):
+            out["env"] = f"{self.env.__module__}:{self.env.__qualname__}"
+        for key in ("observation_space", "action_space"):
+            if out[key] is not None:
+                out[key] = space_to_json(out[key])
+        out["lr"] = self.lr if isinstance(self.lr, float) else [list(p) for p in self.lr]
+        return out
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> AlgorithmConfig:
+        """Build a config from a flat dict (``to_dict`` output or RLlib-style keys)."""
+        return cls().update_from_dict(config)
+
+    def update_from_dict(self, config: dict[str, Any]) -> AlgorithmConfig:
+        """Set every key of a flat dict, validating each; RLlib's older names are accepted."""
+        if not isinstance(config, dict):
+            raise ConfigError(f"a config must be a dict of settings, got {type(config).__name__}")
+        from rltrainer.env.spaces import space_from_json
+
+        values = {}
+        for key, value in config.items():
+            name = ALIASES.get(key, key)
+            if name in ("observation_space", "action_space") and isinstance(value, dict):
+                value = space_from_json(value)
+            values[name] = value
+        return self._update("config", values, allowed=tuple(self._all_fields()))
+
+    def copy(self, copy_frozen: bool | None = None) -> AlgorithmConfig:  # noqa: ARG002
+        """An independent deep copy (RLlib's ``copy_frozen`` argument is accepted and ignored)."""
+        return self.model_copy(deep=True)
+
+    # --- building ------------------------------------------------------------------
+    @property
+    def algo_class(self) -> type | None:
+        """The algorithm ``build()`` creates."""
+        return self._algo_class
+
+    def build(self, env: Any = None) -> Any:
+        """Validate and create the algorithm (RLlib's ``build_algo``)."""
+        if env is not None:
+            self.environment(env)
+        if self.algo_class is None:
+            raise ConfigError(
+                "this config has no algorithm: build from an algorithm's config, e.g. PPOConfig()"
+            )
+        return self.algo_class(config=self.copy())
+
+    build_algo = build
+
+    def validate(self) -> None:  # type: ignore[override]
+        """Check settings that depend on each other; raises ``ConfigError`` saying what to change."""
+        if self.env is None:
+            raise ConfigError("no env set: call .environment('CartPole-v1') (or another env)")
+        if isinstance(self.lr, list):
+            _check_schedule("lr", self.lr)
+        if self.evaluation_config:
+            unknown = sorted(set(self.evaluation_config) - set(self._all_fields()) - set(ALIASES))
+            if unknown:
+                raise ConfigError(
+                    f"evaluation_config has unknown key(s) {unknown}; "
+                    f"allowed: {', '.join(self._all_fields())}"
+                )
+        fragment = self.rollout_fragment_length
+        if fragment != "auto" and fragment < 1:
+            raise ConfigError(f"rollout_fragment_length must be >= 1 or 'auto', got {fragment}")
+
+    def get_rollout_fragment_length(self) -> int:
+        """Steps per env per sample call, deriving "auto" from the train batch size."""
+        if self.rollout_fragment_length != "auto":
+            return self.rollout_fragment_length
+        envs = max(self.num_env_runners, 1) * self.num_envs_per_env_runner
+        return max(1, -(-self.train_batch_size // envs))
+
+    def get_evaluation_config(self) -> AlgorithmConfig:
+        """This config with ``evaluation_config`` applied."""
+        clone = self.copy()
+        if self.evaluation_config:
+            clone.update_from_dict(self.evaluation_config)
+        return clone
+
+    @property
+    def env_name(self) -> str:
+        """A short printable name of the env."""
+        if isinstance(self.env, type):
+            return self.env.__name__
+        return str(self.env).rsplit(":", 1)[-1]
+
+    # --- internals -----------------------------------------------------------------
+    @classmethod
+    def _all_fields(cls) -> list[str]:
+        return [name for name in cls.model_fields if name != "framework_str"] + ["framework_str"]
+
+    def _update(
+        self, section: str, kwargs: dict[str, Any], allowed: tuple[str, ...] | None = None
+    ) -> AlgorithmConfig:
+        allowed = allowed if allowed is not None else self.SECTIONS[section]
+        for key, value in kwargs.items():
+            if key not in allowed:
+                hint = difflib.get_close_matches(key, allowed, n=1)
+                suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+                raise ConfigError(
+                    f"{section}(): unknown key '{key}'{suggestion}; allowed: {', '.join(allowed)}"
+                )
+            if key == "model":
+                value = self._merged_model(value)
+            try:
+                setattr(self, key, value)
+            except ValidationError as err:
+                problem = err.errors()[0]["msg"]
+                raise ConfigError(
+                    f"{section}(): invalid value for '{key}': {problem} (got {value!r})"
+                ) from None
+        if "log_level" in kwargs:
+            logging.getLogger("rltrainer").setLevel(self.log_level.replace("WARN", "WARNING", 1))
+        return self
+
+    def _merged_model(self, value: Any) -> ModelConfig:
+        if isinstance(value, ModelConfig):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"training(): 'model' must be a dict, got {type(value).__name__}")
+        merged = {**self.model.model_dump(), **value}
+        try:
+            return ModelConfig(**merged)
+        except ValidationError as err:
+            problem = err.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise ConfigError(
+                f"training(): invalid model setting '{where}': {problem['msg']}; "
+                f"allowed keys: {', '.join(ModelConfig.model_fields)}"
+            ) from None
+
+    @field_validator("env")
+    @classmethod
+    def _env_spec(cls, env: Any) -> Any:
+        if env is None or isinstance(env, str) or (isinstance(env, type) and issubclass(env, gym.Env)):
+            return env
+        raise ValueError('must be an env name, "package.module:Class", or a gymnasium.Env subclass')
+
+    @field_validator("observation_space", "action_space")
+    @classmethod
+    def _space(cls, space: Any) -> Any:
+        if space is None or isinstance(space, gym.Space):
+            return space
+        raise ValueError("must be a gymnasium.spaces.Space")
+
+
+def _check_schedule(name: str, schedule: PiecewiseSchedule) -> None:
+    steps = [t for t, _ in schedule]
+    if not schedule or steps != sorted(steps) or steps[0] < 0:
+        raise ConfigError(
+            f"{name} schedule must be a non-empty list of [timestep, value] pairs with "
+            f"non-negative, increasing timesteps; got {schedule}"
+        )
+
+
+__all__ = ["ALIASES", "AlgorithmConfig", "ModelConfig"]

@@ -1,0 +1,106 @@
+"""PPO's loss and update: clipped surrogate, clipped value loss, entropy bonus, adaptive KL."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from rltrainer.core.learner import Learner
+
+
+class PPOBatch(NamedTuple):
+    """A train batch; flat arrays (numpy from env runners, tensors inside the learner)."""
+
+    obs: Any
+    actions: Any
+    action_logp: Any
+    vf_preds: Any
+    advantages: Any
+    value_targets: Any
+
+
+class PPOLearner(Learner):
+    """Minibatch SGD over several epochs of one sampled batch (Schulman et al. 2017)."""
+
+    STAT_KEYS = ("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "vf_explained_var",
+                 "total_loss", "cur_lr", "cur_kl_coeff")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kl_coeff = self.config.kl_coeff
+
+    def update(self, batch: PPOBatch, timestep: int) -> dict[str, float]:
+        cfg = self.config
+        lr = self.set_lr_for(timestep)
+        data = PPOBatch(*(self.to_tensor(column) for column in batch))
+        advantages = data.advantages
+        # Advantage normalization over the whole batch (RLlib; SB3 does it per minibatch).
+        data = data._replace(advantages=(advantages - advantages.mean()) / (advantages.std() + 1e-8))
+        size = data.obs.shape[0]
+        minibatch = min(cfg.minibatch_size, size)
+        stats: list[torch.Tensor] = []
+        for _ in range(cfg.num_epochs):
+            order = torch.randperm(size, device=self.device)
+            for start in range(0, size - minibatch + 1, minibatch):
+                index = order[start : start + minibatch]
+                loss, mb_stats = self.compute_loss(PPOBatch(*(column[index] for column in data)))
+                self.apply_gradients(loss)
+                stats.append(mb_stats)
+        mean = torch.stack(stats).mean(0).tolist()
+        result = dict(zip(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), mean, strict=True))
+        self._adapt_kl_coeff(result["kl"])
+        result["vf_explained_var"] = explained_variance(batch.vf_preds, batch.value_targets)
+        result["cur_lr"] = lr
+        result["cur_kl_coeff"] = self.kl_coeff
+        return result
+
+    def compute_loss(self, mb: PPOBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The PPO objective on one minibatch, in the paper's notation."""
+        cfg = self.config
+        dist_inputs, values = self.module(mb.obs)
+        dist = self.dist_class(dist_inputs)
+        newlogprob = dist.log_prob(mb.actions)
+        logratio = newlogprob - mb.action_logp
+        ratio = logratio.exp()
+
+        # Clipped surrogate objective (PPO paper, eq. 7), as a loss to minimize.
+        pg_loss1 = -mb.advantages * ratio
+        pg_loss2 = -mb.advantages * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        # KL(old || new) by the low-variance estimator (ratio - 1) - log(ratio) (Schulman 2020).
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
+
+        # Value loss, each squared error clipped at vf_clip_param (RLlib's vf_clip_param).
+        vf_loss = torch.clamp((values - mb.value_targets).pow(2), 0, cfg.vf_clip_param).mean()
+        entropy = dist.entropy().mean()
+
+        loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        if self.kl_coeff > 0:
+            loss = loss + self.kl_coeff * approx_kl
+        stats = torch.stack([pg_loss, vf_loss, entropy, approx_kl, clipfrac, loss]).detach()
+        return loss, stats
+
+    def _adapt_kl_coeff(self, kl: float) -> None:
+        # Adaptive KL penalty (PPO paper, section 4), with RLlib's factors 1.5 and 0.5.
+        if self.kl_coeff <= 0:
+            return
+        if kl > 2.0 * self.config.kl_target:
+            self.kl_coeff *= 1.5
+        elif kl < 0.5 * self.config.kl_target:
+            self.kl_coeff *= 0.5
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"kl_coeff": self.kl_coeff}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.kl_coeff = float(state.get("kl_coeff", self.kl_coeff))
+
+
+def explained_variance(predictions: np.ndarray, targets: np.ndarray) -> float:
+    """1 - Var[targets - predictions] / Var[targets]; 1 is perfect, <= 0 is no better than a constant."""
+    var = float(np.var(targets))
+    return float("nan") if var == 0 else 1.0 - float(np.var(targets - predictions)) / var

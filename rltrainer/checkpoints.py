@@ -1,0 +1,132 @@
+"""Checkpoint directories: JSON metadata, tensors in safetensors, arrays in npz. No pickle.
+
+Layout::
+
+    checkpoint_000010/
+      rltrainer_checkpoint.json   format version, algorithm, config, spaces, counters,
+                                  library versions, and every other file's size and sha256
+      policy.safetensors          the policy/value network (plain torch state-dict names)
+      optimizer.safetensors       optimizer state tensors
+      filter.npz                  observation-filter statistics (loaded with allow_pickle=False)
+
+The metadata file is written last, through a rename, so a directory without it (or with
+files that do not match their hashes) is never mistaken for a checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from rltrainer.errors import CheckpointError
+
+FORMAT_VERSION = 1
+METADATA_FILE = "rltrainer_checkpoint.json"
+
+
+def library_versions() -> dict[str, str]:
+    import gymnasium
+
+    from rltrainer import __version__
+
+    return {
+        "rltrainer": __version__,
+        "torch": torch.__version__,
+        "gymnasium": gymnasium.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def write_checkpoint(
+    directory: str | os.PathLike,
+    metadata: dict[str, Any],
+    tensors: dict[str, dict[str, torch.Tensor]],
+    arrays: dict[str, dict[str, np.ndarray]],
+) -> str:
+    """Write the files, then the metadata naming them with their hashes; returns the path."""
+    path = Path(directory).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    for name, named_tensors in tensors.items():
+        save_file({k: v.contiguous() for k, v in named_tensors.items()}, str(path / name))
+    for name, named_arrays in arrays.items():
+        with open(path / name, "wb") as f:
+            np.savez(f, **named_arrays)
+    files = {name: _describe(path / name) for name in [*tensors, *arrays]}
+    full = {"format_version": FORMAT_VERSION, **metadata, "versions": library_versions(), "files": files}
+    tmp = path / f".{METADATA_FILE}.tmp"
+    tmp.write_text(json.dumps(full, indent=2, allow_nan=False))
+    os.replace(tmp, path / METADATA_FILE)
+    return str(path)
+
+
+class Checkpoint:
+    """A verified checkpoint directory: metadata plus loaders for its files."""
+
+    def __init__(self, path: Path, metadata: dict[str, Any]) -> None:
+        self.path = path
+        self.metadata = metadata
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> Checkpoint:
+        """Open and verify a checkpoint; raises ``CheckpointError`` saying what is wrong."""
+        path = Path(directory).expanduser()
+        if not path.exists():
+            raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+        meta_path = path / METADATA_FILE
+        if not meta_path.is_file():
+            raise CheckpointError(
+                f"{str(path)!r} is not an rltrainer checkpoint: it has no {METADATA_FILE}"
+            )
+        try:
+            metadata = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise CheckpointError(f"checkpoint {str(path)!r}: {METADATA_FILE} is corrupted ({err})") from None
+        version = metadata.get("format_version") if isinstance(metadata, dict) else None
+        if version != FORMAT_VERSION:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} has format version {version!r}; this rltrainer "
+                f"reads version {FORMAT_VERSION}"
+            )
+        for key in ("algorithm", "config", "files"):
+            if key not in metadata:
+                raise CheckpointError(f"checkpoint {str(path)!r}: metadata lacks {key!r}")
+        for name, expected in metadata["files"].items():
+            file = path / name
+            if not file.is_file():
+                raise CheckpointError(f"checkpoint {str(path)!r} is incomplete: {name} is missing")
+            if _describe(file) != expected:
+                raise CheckpointError(
+                    f"checkpoint {str(path)!r} is corrupted: {name} does not match its recorded sha256"
+                )
+        return cls(path, metadata)
+
+    def tensors(self, name: str) -> dict[str, torch.Tensor]:
+        try:
+            return load_file(str(self.path / name))
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"checkpoint {str(self.path)!r}: cannot read {name} ({err})") from None
+
+    def arrays(self, name: str) -> dict[str, np.ndarray]:
+        try:
+            with np.load(self.path / name, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+        except (ValueError, OSError) as err:
+            raise CheckpointError(f"checkpoint {str(self.path)!r}: cannot read {name} ({err})") from None
+
+
+def _describe(file: Path) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return {"sha256": digest.hexdigest(), "size": file.stat().st_size}

@@ -1,0 +1,1 @@
+"""Building blocks shared by all algorithms: models, distributions, filters, learners."""

@@ -1,0 +1,79 @@
+"""``Learner``: owns the trained module and its optimizer; algorithms add the loss.
+
+The base class handles what every gradient-based learner shares: device placement,
+Adam, the learning-rate schedule, gradient clipping, and a state that checkpoints
+store as plain tensors (safetensors) and JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rltrainer.core.optim import Adam
+from rltrainer.utils.schedules import PiecewiseSchedule
+
+ADAM_EPS = 1e-5  # SB3's and CleanRL's Adam epsilon for on-policy training.
+
+
+class Learner:
+    """Trains ``module`` (built by the policy) on batches; subclasses implement ``update``."""
+
+    def __init__(self, module: nn.Module, dist_class: type, config: Any, device: str = "cpu") -> None:
+        self.config = config
+        self.device = torch.device(device)
+        self.module = module.to(self.device)
+        self.dist_class = dist_class
+        self.lr_schedule = PiecewiseSchedule(config.lr)
+        self.optimizer = Adam(self.module.parameters(), lr=self.lr_schedule(0), eps=ADAM_EPS)
+
+    def update(self, batch: Any, timestep: int) -> dict[str, float]:
+        """One update on ``batch``; returns learner stats. Implemented by each algorithm."""
+        raise NotImplementedError
+
+    # --- shared pieces -----------------------------------------------------------------
+    def set_lr_for(self, timestep: int) -> float:
+        self.optimizer.lr = self.lr_schedule(timestep)
+        return self.optimizer.lr
+
+    def apply_gradients(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad()
+        loss.backward()
+        clip, params = self.config.grad_clip, self.module.parameters()
+        if clip is not None:
+            if self.config.grad_clip_by == "global_norm":
+                nn.utils.clip_grad_norm_(params, clip, foreach=True)
+            elif self.config.grad_clip_by == "norm":
+                for p in params:
+                    if p.grad is not None:
+                        nn.utils.clip_grad_norm_([p], clip)
+            else:
+                nn.utils.clip_grad_value_(params, clip, foreach=True)
+        self.optimizer.step()
+
+    def to_tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    # --- weights and state ----------------------------------------------------------------
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        self.module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+
+    def get_optimizer_state(self) -> dict[str, torch.Tensor]:
+        """Optimizer state as flat tensors (stored with safetensors, no pickle)."""
+        return self.optimizer.state_tensors()
+
+    def set_optimizer_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.optimizer.load_state_tensors(tensors)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """JSON-able algorithm-specific state (e.g. PPO's adaptive KL coefficient)."""
+        return {}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        pass

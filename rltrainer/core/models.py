@@ -1,0 +1,111 @@
+"""The default actor-critic MLP.
+
+Parameter names are kept plain (``pi.0.weight``, ``vf.2.bias``) so the weights saved in a
+checkpoint load into an ordinary ``torch.nn.Sequential`` without rltrainer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "linear": nn.Identity}
+ACTIVATION_FNS = {"tanh": torch.tanh, "relu": torch.relu, "elu": torch.nn.functional.elu,
+                  "silu": torch.nn.functional.silu, "linear": lambda x: x}
+
+
+class FastMLP:
+    """Runs an ``nn.Sequential`` of Linear/activation layers; same result as ``layers(x)``.
+
+    Calling modules costs tens of microseconds of dispatch per layer, more than the
+    matrix products of RL-sized MLPs; one ``addmm`` per layer over the (cached)
+    parameter tensors does the same math at a third of the cost, and autograd works
+    through it unchanged. Parameters keep their identity under ``load_state_dict`` and
+    ``.to(device)``, so the cache stays valid.
+    """
+
+    def __init__(self, layers: nn.Sequential, activation: str) -> None:
+        linears = [m for m in layers if isinstance(m, nn.Linear)]
+        self.params = [(m.weight, m.bias) for m in linears]
+        ends_with_activation = not isinstance(layers[-1], nn.Linear)
+        self.activate = [True] * (len(linears) - 1) + [ends_with_activation]
+        self.act = ACTIVATION_FNS[activation]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        for (weight, bias), activate in zip(self.params, self.activate, strict=True):
+            x = torch.addmm(bias, x, weight.t())
+            if activate:
+                x = self.act(x)
+        return x
+
+
+def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
+    """Linear layers with ``activation`` between them, orthogonally initialized.
+
+    Orthogonal init with gain sqrt(2) on hidden layers and a small gain on the output
+    follows the PPO implementation details study (Huang et al. 2022) and SB3.
+    """
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        linear = nn.Linear(n_in, n_out)
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(linear.weight, gain=out_gain if last else np.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Policy logits (or Gaussian parameters) and a state value from a flat observation.
+
+    With ``vf_share_layers`` one trunk feeds both heads (``trunk``, ``pi``, ``vf``);
+    otherwise ``pi`` and ``vf`` are separate MLPs. A Gaussian policy keeps its log
+    standard deviation as a free parameter (``log_std``), independent of the state.
+    """
+
+    def __init__(
+        self,
+        obs_size: int,
+        num_outputs: int,
+        hiddens: list[int],
+        activation: str,
+        vf_share_layers: bool,
+        free_log_std: bool,
+    ) -> None:
+        super().__init__()
+        self.free_log_std = free_log_std
+        pi_outputs = num_outputs // 2 if free_log_std else num_outputs
+        if vf_share_layers:
+            self.trunk = mlp([obs_size, *hiddens], activation, out_gain=np.sqrt(2))
+            if hiddens:
+                self.trunk.append(ACTIVATIONS[activation]())
+            features = hiddens[-1] if hiddens else obs_size
+            self.pi = mlp([features, pi_outputs], activation, out_gain=0.01)
+            self.vf = mlp([features, 1], activation, out_gain=1.0)
+        else:
+            self.trunk = None
+            self.pi = mlp([obs_size, *hiddens, pi_outputs], activation, out_gain=0.01)
+            self.vf = mlp([obs_size, *hiddens, 1], activation, out_gain=1.0)
+        if free_log_std:
+            self.log_std = nn.Parameter(torch.zeros(pi_outputs))
+        self._run_trunk = FastMLP(self.trunk, activation) if self.trunk is not None else None
+        self._run_pi = FastMLP(self.pi, activation)
+        self._run_vf = FastMLP(self.vf, activation)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(dist_inputs [B, num_outputs], values [B])``."""
+        features = self._features(obs)
+        dist_inputs = self._run_pi(features)
+        if self.free_log_std:
+            dist_inputs = torch.cat([dist_inputs, self.log_std.expand_as(dist_inputs)], dim=-1)
+        return dist_inputs, self._run_vf(features).squeeze(-1)
+
+    def values(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values only."""
+        return self._run_vf(self._features(obs)).squeeze(-1)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs if self._run_trunk is None else self._run_trunk(obs)

@@ -1,0 +1,199 @@
+"""``EnvRunner``: steps a vector of envs with batched policy inference and returns batches.
+
+One runner owns ``num_envs_per_env_runner`` envs in a gymnasium vector env (next-step
+autoreset), the policy copy used for inference and the observation filter. The same class
+runs in the driver (``num_env_runners=0``) and as a Ray actor.
+
+Next-step autoreset: after a step that ends an episode, the following ``step`` call resets
+that env and ignores its action. Such reset steps are recorded with ``valid=False`` and
+dropped from the train batch; they still carry the value of the episode's final
+observation, which is what a truncated episode bootstraps from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+
+from rltrainer.core.filters import make_filter
+from rltrainer.env.env_context import EnvContext
+from rltrainer.env.registry import make_vector_env
+from rltrainer.errors import EnvError
+from rltrainer.policy import Policy
+
+logger = logging.getLogger(__name__)
+
+
+class Rollout(NamedTuple):
+    """``T`` steps of ``N`` envs; every array is ``[T, N, ...]`` except ``last_values``."""
+
+    obs: np.ndarray  # filtered, flattened observations
+    actions: np.ndarray  # raw policy outputs (before rescaling to the env's bounds)
+    action_logp: np.ndarray
+    vf_preds: np.ndarray
+    rewards: np.ndarray  # after reward clipping
+    terminateds: np.ndarray
+    truncateds: np.ndarray
+    valid: np.ndarray  # False for next-step-autoreset steps and frozen envs
+    last_values: np.ndarray  # [N] values of the observations after the last step
+
+
+class EpisodeStats(NamedTuple):
+    episode_return: float
+    episode_len: int
+
+
+Postprocess = Callable[[Rollout, Any], Any]
+
+
+class EnvRunner:
+    """Samples rollouts from vectorized envs; the config decides envs, filter and batch mode."""
+
+    def __init__(
+        self,
+        config: Any,
+        worker_index: int = 0,
+        num_workers: int = 0,
+        postprocess: Postprocess | None = None,
+    ) -> None:
+        self.config = config
+        self.worker_index = worker_index
+        ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=worker_index > 0)
+        self.env = make_vector_env(config.env, ctx, config.num_envs_per_env_runner)
+        self.num_envs = self.env.num_envs
+        self.observation_space = config.observation_space or self.env.single_observation_space
+        self.action_space = config.action_space or self.env.single_action_space
+        try:
+            self.policy = Policy(self.observation_space, self.action_space, config)
+        except ValueError as err:
+            raise EnvError(f"env {config.env!r}: {err}") from None
+        self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
+        self.postprocess = postprocess
+        self._obs: Any = None
+        self._prev_done = np.zeros(self.num_envs, dtype=bool)
+        self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
+        self._episodes: list[EpisodeStats] = []
+        self._seeded = False
+
+    # --- sampling ------------------------------------------------------------------
+    def sample(self, explore: bool | None = None) -> tuple[Any, list[EpisodeStats]]:
+        """One rollout fragment per env, postprocessed; plus the episodes completed meanwhile."""
+        explore = self.config.explore if explore is None else explore
+        steps = self.config.get_rollout_fragment_length()
+        complete = self.config.batch_mode == "complete_episodes"
+        rollout = self._rollout(steps, explore, complete_episodes=complete)
+        batch = self.postprocess(rollout, self.config) if self.postprocess else rollout
+        return batch, self.pop_episodes()
+
+    def sample_episodes(self, num_episodes: int | None = None, num_timesteps: int | None = None,
+                        explore: bool | None = None) -> list[EpisodeStats]:
+        """Run fresh episodes (e.g. for evaluation) without touching the filter statistics."""
+        explore = self.config.explore if explore is None else explore
+        self._reset()
+        self.pop_episodes()
+        steps = 0
+        while (num_episodes is None or len(self._episodes) < num_episodes) and (
+            num_timesteps is None or steps < num_timesteps
+        ):
+            *_, valid = self._step(explore, update_filter=False)
+            steps += int(valid.sum())
+        episodes = self.pop_episodes()
+        return episodes[:num_episodes] if num_episodes is not None else episodes
+
+    def pop_episodes(self) -> list[EpisodeStats]:
+        episodes, self._episodes = self._episodes, []
+        return episodes
+
+    def _reset(self) -> None:
+        seed = None
+        if not self._seeded and self.config.seed is not None:
+            seed = self.config.seed + 1000 * self.worker_index
+        self._seeded = True
+        self._obs, _ = self.env.reset(seed=seed)
+        self._prev_done[:] = False
+        self._ep_return[:] = 0.0
+        self._ep_len[:] = 0
+
+    def _rollout(self, num_steps: int, explore: bool, complete_episodes: bool = False,
+                 update_filter: bool = True) -> Rollout:
+        if self._obs is None or complete_episodes:
+            self._reset()
+        frozen = np.zeros(self.num_envs, dtype=bool)  # complete_episodes: env finished its share
+        steps_taken = np.zeros(self.num_envs, dtype=np.int64)
+        columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_values"}
+        t = 0
+        while t < num_steps or (complete_episodes and not frozen.all()):
+            flat, out, rewards, terminateds, truncateds, valid = self._step(
+                explore, update_filter, frozen
+            )
+            columns["obs"].append(flat)
+            columns["actions"].append(out["actions"])
+            columns["action_logp"].append(out["action_logp"])
+            columns["vf_preds"].append(out["vf_preds"])
+            columns["rewards"].append(self._clip_rewards(rewards))
+            columns["terminateds"].append(terminateds)
+            columns["truncateds"].append(truncateds)
+            columns["valid"].append(valid)
+            steps_taken += valid
+            if complete_episodes:
+                frozen |= (terminateds | truncateds) & valid & (steps_taken >= num_steps)
+            t += 1
+        last_flat = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
+        stacked = {k: np.stack(v) for k, v in columns.items()}
+        return Rollout(**stacked, last_values=self.policy.compute_values(last_flat))
+
+    def _step(self, explore: bool, update_filter: bool, frozen: np.ndarray | None = None):
+        """Act in every env once; returns what a rollout records about this step."""
+        flat = self.filter(self.policy.preprocessor.transform(self._obs), update=update_filter)
+        out = self.policy.compute(flat, explore)
+        next_obs, rewards, terminateds, truncateds, _ = self.env.step(out["env_actions"])
+        rewards = np.asarray(rewards, dtype=np.float32)
+        valid = ~self._prev_done if frozen is None else ~self._prev_done & ~frozen
+        dones = terminateds | truncateds
+        self._track_episodes(rewards, dones, valid)
+        self._prev_done = dones
+        self._obs = next_obs
+        return flat, out, rewards, terminateds, truncateds, valid
+
+    def _track_episodes(self, rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray) -> None:
+        self._ep_return += np.where(valid, rewards, 0.0)
+        self._ep_len += valid
+        ended = np.flatnonzero(dones & valid)
+        for i in ended:  # only envs whose episode just ended
+            self._episodes.append(EpisodeStats(float(self._ep_return[i]), int(self._ep_len[i])))
+        self._ep_return[ended] = 0.0
+        self._ep_len[ended] = 0
+
+    def _clip_rewards(self, rewards: np.ndarray) -> np.ndarray:
+        clip = self.config.clip_rewards
+        if clip is True:
+            return np.sign(rewards)
+        if clip:  # a float bound
+            return np.clip(rewards, -clip, clip)
+        return rewards
+
+    # --- weights, filters, helpers ------------------------------------------------------
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return self.policy.get_weights()
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        self.policy.set_weights(weights)
+
+    def get_filter_state(self) -> dict[str, np.ndarray]:
+        return self.filter.get_state()
+
+    def set_filter_state(self, state: dict[str, np.ndarray]) -> None:
+        self.filter.set_state(state)
+
+    def foreach_env(self, fn: Callable[[gym.Env], Any]) -> list[Any]:
+        """``fn`` applied to each sub-env (or to the batched env when it is one object)."""
+        envs = getattr(self.env, "envs", None)
+        return [fn(e) for e in envs] if envs is not None else [fn(self.env)]
+
+    def stop(self) -> None:
+        self.env.close()

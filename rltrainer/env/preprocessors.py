@@ -1,0 +1,79 @@
+"""Turn (batches of) observations of any supported space into flat float32 arrays.
+
+Box observations are flattened, Discrete and MultiDiscrete ones one-hot encoded,
+Dict and Tuple ones flattened recursively and concatenated in the space's order.
+Everything operates on the batch axis at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rltrainer.errors import EnvError
+
+
+class Preprocessor:
+    """Flattens observations of ``space`` into vectors of ``size`` floats."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.space = space
+        self.size = _flat_size(space)
+
+    def transform(self, batch: Any) -> np.ndarray:
+        """A batch of observations (leading batch axis) -> float32 array ``[B, size]``."""
+        return _flatten(self.space, batch)
+
+    def transform_one(self, obs: Any) -> np.ndarray:
+        """One observation -> float32 array ``[1, size]``."""
+        return _flatten(self.space, _add_batch_axis(self.space, obs))
+
+
+def _flat_size(space: spaces.Space) -> int:
+    if isinstance(space, spaces.Box):
+        return int(np.prod(space.shape))
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(np.sum(space.nvec))
+    if isinstance(space, spaces.MultiBinary):
+        return int(np.prod(space.shape))
+    if isinstance(space, spaces.Dict):
+        return sum(_flat_size(s) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return sum(_flat_size(s) for s in space.spaces)
+    raise EnvError(
+        f"unsupported observation space {space}: use Box, Discrete, MultiDiscrete, "
+        "MultiBinary, or Dict/Tuple of those"
+    )
+
+
+def _flatten(space: spaces.Space, batch: Any) -> np.ndarray:
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        arr = np.asarray(batch, dtype=np.float32)
+        return arr.reshape(arr.shape[0], -1)
+    if isinstance(space, spaces.Discrete):
+        index = np.asarray(batch, dtype=np.int64).reshape(-1) - int(space.start)
+        return np.eye(int(space.n), dtype=np.float32)[index]
+    if isinstance(space, spaces.MultiDiscrete):
+        index = np.asarray(batch, dtype=np.int64).reshape(len(batch), -1)
+        nvec = space.nvec.reshape(-1)
+        offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+        out = np.zeros((index.shape[0], int(nvec.sum())), dtype=np.float32)
+        np.put_along_axis(out, index + offsets, 1.0, axis=1)
+        return out
+    if isinstance(space, spaces.Dict):
+        return np.concatenate([_flatten(s, batch[k]) for k, s in space.spaces.items()], axis=1)
+    if isinstance(space, spaces.Tuple):
+        return np.concatenate([_flatten(s, batch[i]) for i, s in enumerate(space.spaces)], axis=1)
+    raise EnvError(f"unsupported observation space {space}")
+
+
+def _add_batch_axis(space: spaces.Space, obs: Any) -> Any:
+    if isinstance(space, spaces.Dict):
+        return {k: _add_batch_axis(s, obs[k]) for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_add_batch_axis(s, o) for s, o in zip(space.spaces, obs, strict=True))
+    return np.asarray(obs)[None]

@@ -1,0 +1,123 @@
+"""Resolving env specs and creating (vectorized) envs.
+
+An env spec is one of: a name given to ``register_env``; a gymnasium id; a
+``"package.module:ClassName"`` string; a ``gymnasium.Env`` subclass. Gymnasium ids
+without a registered creator use the env's ``vector_entry_point`` when it has one (one
+batched env instead of N Python objects), otherwise a ``SyncVectorEnv`` of copies.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from rltrainer.env.env_context import EnvContext
+from rltrainer.errors import EnvError
+
+EnvCreator = Callable[[EnvContext], gym.Env]
+
+_REGISTRY: dict[str, EnvCreator] = {}
+
+
+def register_env(name: str, env_creator: EnvCreator) -> None:
+    """Register ``env_creator(env_context) -> gym.Env`` under ``name``."""
+    if not isinstance(name, str) or not name:
+        raise EnvError(f"register_env: name must be a non-empty string, got {name!r}")
+    if not callable(env_creator):
+        raise EnvError(f"register_env: the creator for {name!r} must be callable")
+    _REGISTRY[name] = env_creator
+
+
+def registered_envs() -> list[str]:
+    """Names given to ``register_env`` in this process."""
+    return sorted(_REGISTRY)
+
+
+def resolve_creator(env: Any) -> EnvCreator:
+    """Turn an env spec into a creator taking an ``EnvContext``; raises ``EnvError``."""
+    if isinstance(env, type):
+        if not issubclass(env, gym.Env):
+            raise EnvError(f"env class {env.__name__} is not a gymnasium.Env subclass")
+        return lambda ctx: env(ctx)
+    if not isinstance(env, str) or not env:
+        raise EnvError(f"env must be a name, 'package.module:Class' or a gym.Env class, got {env!r}")
+    if env in _REGISTRY:
+        return _REGISTRY[env]
+    if ":" in env and env not in gym.registry:
+        cls = _import_class(env)
+        return lambda ctx: cls(ctx)
+    if env in gym.registry:
+        return lambda ctx: gym.make(env, **ctx)
+    raise EnvError(_unknown_env_message(env))
+
+
+def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.Env:
+    """Create one env; ``render_mode`` is passed to gymnasium ids (e.g. for videos)."""
+    if render_mode is not None and isinstance(env, str) and env in gym.registry and env not in _REGISTRY:
+        return _checked(gym.make(env, render_mode=render_mode, **ctx), env)
+    creator = resolve_creator(env)
+    try:
+        created = creator(ctx)
+    except EnvError:
+        raise
+    except TypeError as err:
+        raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
+    return _checked(created, env)
+
+
+def make_vector_env(env: Any, ctx: EnvContext, num_envs: int) -> gym.vector.VectorEnv:
+    """Create ``num_envs`` copies stepped together (next-step autoreset, gymnasium's default)."""
+    if isinstance(env, str) and env in gym.registry and env not in _REGISTRY:
+        spec = gym.spec(env)
+        if spec.vector_entry_point is not None:
+            try:
+                return gym.make_vec(
+                    env, num_envs=num_envs, vectorization_mode="vector_entry_point", **ctx
+                )
+            except TypeError as err:
+                raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
+    fns = [
+        (lambda i=i: make_env(env, ctx.copy_with_overrides(vector_index=i)))
+        for i in range(num_envs)
+    ]
+    return gym.vector.SyncVectorEnv(fns)
+
+
+def _checked(created: Any, env: Any) -> gym.Env:
+    if not isinstance(created, gym.Env):
+        raise EnvError(
+            f"the creator of env {env!r} returned {type(created).__name__}, not a gymnasium.Env"
+        )
+    return created
+
+
+def _import_class(path: str) -> type:
+    module_name, _, class_name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise EnvError(f"env {path!r}: cannot import module {module_name!r} ({err})") from None
+    obj = module
+    for part in class_name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise EnvError(f"env {path!r}: module {module_name!r} has no attribute {class_name!r}")
+    if not (isinstance(obj, type) and issubclass(obj, gym.Env)):
+        raise EnvError(f"env {path!r} is not a gymnasium.Env subclass")
+    return obj
+
+
+def _unknown_env_message(env: str) -> str:
+    known = registered_envs() + sorted(gym.registry)
+    close = difflib.get_close_matches(env, known, n=3)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    examples = ", ".join(["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3"])
+    return (
+        f"unknown env {env!r}.{hint} Use a gymnasium id (e.g. {examples}), a name given to "
+        f"register_env (registered: {', '.join(registered_envs()) or 'none'}), or "
+        f"'package.module:ClassName'."
+    )

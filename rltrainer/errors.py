@@ -1,0 +1,22 @@
+"""Errors that mean "the user asked for something that cannot work".
+
+They subclass ``ValueError`` (what RLlib and SB3 raise for bad configs) so callers may
+catch either; the CLI turns exactly these into one line and exit status 2, while any
+other exception is a bug and keeps its traceback.
+"""
+
+
+class RLTrainerError(ValueError):
+    """Base class for user-facing errors."""
+
+
+class ConfigError(RLTrainerError):
+    """An invalid algorithm config: unknown key, wrong type or inconsistent values."""
+
+
+class EnvError(RLTrainerError):
+    """An env spec that cannot be resolved or created."""
+
+
+class CheckpointError(RLTrainerError):
+    """A checkpoint that is missing, corrupted, or of an unknown format."""

@@ -1,0 +1,67 @@
+"""Results folders Tune and TensorBoard users know: ``<storage>/<name>/<trial_id>/``.
+
+``params.json`` (the full config), ``result.json`` (one JSON object per iteration),
+``progress.csv`` and a TensorBoard event file with every numeric metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> one level with ``/``-joined keys (``evaluation/episode_return_mean``)."""
+    flat: dict[str, Any] = {}
+    for key, value in result.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
+
+
+class ResultLogger:
+    """Appends each iteration's result to the trial folder's files."""
+
+    def __init__(self, trial_dir: Path, params: dict[str, Any]) -> None:
+        self.trial_dir = trial_dir
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        (trial_dir / "params.json").write_text(json.dumps(_json_safe(params), indent=2, sort_keys=True))
+        self._json = open(trial_dir / "result.json", "a")  # noqa: SIM115 (closed in close())
+        self._csv_file = open(trial_dir / "progress.csv", "a", newline="")  # noqa: SIM115
+        self._csv: csv.DictWriter | None = None
+        from tensorboardX import SummaryWriter
+
+        self._tb = SummaryWriter(str(trial_dir), flush_secs=30)
+
+    def log(self, result: dict[str, Any]) -> None:
+        self._json.write(json.dumps(_json_safe(result), allow_nan=False) + "\n")
+        self._json.flush()
+        flat = flatten(result)
+        if self._csv is None:
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=list(flat), extrasaction="ignore")
+            if self._csv_file.tell() == 0:
+                self._csv.writeheader()
+        self._csv.writerow(flat)
+        self._csv_file.flush()
+        step = int(result.get("timesteps_total", 0))
+        for key, value in flat.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                self._tb.add_scalar(f"rltrainer/{key}", value, global_step=step)
+
+    def close(self) -> None:
+        self._json.close()
+        self._csv_file.close()
+        self._tb.close()
