@@ -88,6 +88,20 @@ class Algorithm:
         self._trial_dir: Path | None = None
         self._result_logger: ResultLogger | None = None
 
+    BASE_RESULT_KEYS: ClassVar[tuple[str, ...]] = (
+        "training_iteration", "timesteps_total", "time_this_iter_s", "time_total_s",
+        "episode_return_mean", "episode_return_min", "episode_return_max", "episode_len_mean",
+        "episodes_this_iter", "episodes_total", "num_env_steps_sampled", "num_env_steps_trained",
+        "num_env_steps_sampled_lifetime", "num_env_steps_sampled_per_s",
+    )
+
+    @classmethod
+    def result_keys(cls) -> list[str]:
+        """Every numeric key ``train()`` reports (what stop criteria may name)."""
+        stat_keys = getattr(cls.learner_class, "STAT_KEYS", ())
+        evaluation = [f"evaluation/{k}" for k in cls.BASE_RESULT_KEYS if k.startswith("episode")]
+        return [*cls.BASE_RESULT_KEYS, *stat_keys, *evaluation]
+
     # --- the hook ---------------------------------------------------------------------
     def training_step(self) -> dict[str, float]:
         """Sample, update, sync weights; returns learner stats. Implemented by each algorithm."""
