@@ -16,8 +16,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e ".[dev]"
 	touch $(STAMP)
 
+DEMO_DIR := .demo_results
+
+# Train PPO on CartPole-v1 until solved (tuned example), checkpoint, evaluate the checkpoint.
 demo: $(STAMP)
-	$(BIN)/python -m rltrainer.demo
+	rm -rf $(DEMO_DIR)
+	$(BIN)/rltrainer train file tuned_examples/ppo_cartpole.yaml --checkpoint-at-end \
+		--storage-path $(DEMO_DIR) --name demo
+	$(BIN)/rltrainer evaluate "$$(ls -d $(DEMO_DIR)/demo/*/checkpoint_* | tail -n 1)" --episodes 20
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -27,4 +33,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check rltrainer tests bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(DEMO_DIR)

@@ -20,7 +20,8 @@ class Policy:
     ``to_env_actions`` rescales to the space's bounds (RLlib's unsquashing).
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, config: Any) -> None:
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, config: Any,
+                 seed: int | None = None) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
         self.config = config
@@ -36,30 +37,41 @@ class Policy:
             free_log_std=isinstance(action_space, spaces.Box),
         )
         self._rescale = self._action_rescaler(action_space, config)
+        self.rng = np.random.default_rng(seed)
+        # CPU inference runs in numpy on views of the parameters (see NumpyMLP).
+        self._numpy_policy = self.model.numpy_policy()
 
     # --- inference -------------------------------------------------------------------
-    @torch.inference_mode()
     def compute(self, flat_obs: np.ndarray, explore: bool) -> dict[str, np.ndarray]:
-        """Actions for ``[B, obs_size]`` observations: raw actions, env actions, logp, values.
+        """Actions for ``[B, obs_size]`` observations.
 
-        ``action_dist_inputs`` stays a tensor (only ``full_fetch`` callers convert it).
+        Returns ``actions`` (the distribution's samples, what the learner sees),
+        ``env_actions`` (rescaled/clipped for the env), ``action_logp`` and
+        ``action_dist_inputs``, all numpy.
         """
-        dist_inputs, values = self.model(torch.from_numpy(flat_obs))
-        dist = self.dist_class(dist_inputs)
-        actions = dist.sample() if explore else dist.deterministic_sample()
-        raw = actions.numpy()
+        if next(self.model.parameters()).device.type == "cpu":
+            dist_inputs = self._numpy_policy(flat_obs)
+            actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
+        else:
+            with torch.inference_mode():
+                device = next(self.model.parameters()).device
+                inputs_t, _ = self.model(torch.from_numpy(flat_obs).to(device))
+                dist = self.dist_class(inputs_t)
+                actions_t = dist.sample() if explore else dist.deterministic_sample()
+                actions, logp = actions_t.cpu().numpy(), dist.log_prob(actions_t).cpu().numpy()
+                dist_inputs = inputs_t.cpu().numpy()
         return {
-            "actions": raw,
-            "env_actions": self.to_env_actions(raw),
-            "action_logp": dist.log_prob(actions).numpy(),
-            "vf_preds": values.numpy(),
+            "actions": actions,
+            "env_actions": self.to_env_actions(actions),
+            "action_logp": logp,
             "action_dist_inputs": dist_inputs,
         }
 
     @torch.inference_mode()
     def compute_values(self, flat_obs: np.ndarray) -> np.ndarray:
         """State values of ``[B, obs_size]`` observations."""
-        return self.model.values(torch.from_numpy(flat_obs)).numpy()
+        device = next(self.model.parameters()).device
+        return self.model.values(torch.from_numpy(flat_obs).to(device)).cpu().numpy()
 
     def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
         """Policy outputs -> actions the env accepts (rescaled / clipped for Box spaces)."""

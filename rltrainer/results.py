@@ -12,6 +12,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tensorboardX import SummaryWriter
+from tensorboardX.proto.summary_pb2 import Summary
+
 
 def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts -> one level with ``/``-joined keys (``evaluation/episode_return_mean``)."""
@@ -42,8 +45,6 @@ class ResultLogger:
         self._json = open(trial_dir / "result.json", "a")  # noqa: SIM115 (closed in close())
         self._csv_file = open(trial_dir / "progress.csv", "a", newline="")  # noqa: SIM115
         self._csv: csv.DictWriter | None = None
-        from tensorboardX import SummaryWriter
-
         self._tb = SummaryWriter(str(trial_dir), flush_secs=30)
 
     def log(self, result: dict[str, Any]) -> None:
@@ -56,10 +57,13 @@ class ResultLogger:
                 self._csv.writeheader()
         self._csv.writerow(flat)
         self._csv_file.flush()
-        step = int(result.get("timesteps_total", 0))
-        for key, value in flat.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                self._tb.add_scalar(f"rltrainer/{key}", value, global_step=step)
+        # One Summary with every scalar: a protobuf per scalar (add_scalar) costs ~4 ms/iteration.
+        values = [
+            Summary.Value(tag=f"rltrainer/{key}", simple_value=float(value))
+            for key, value in flat.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ]
+        self._tb.file_writer.add_summary(Summary(value=values), int(result.get("timesteps_total", 0)))
 
     def close(self) -> None:
         self._json.close()

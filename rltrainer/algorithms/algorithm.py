@@ -1,7 +1,6 @@
 """``Algorithm``: the training loop, evaluation, checkpoints and inference every algorithm shares.
 
-Subclasses set ``config_class``, ``learner_class`` and ``postprocess_rollout`` and
-implement one hook, ``training_step()``: sample, update, sync weights. The base class
+Subclasses set ``config_class`` and ``learner_class`` and implement one hook, ``training_step()``: sample, update, sync weights. The base class
 owns ``train()`` (repeating the hook to the configured iteration length, collecting
 metrics, evaluating, logging and checkpointing).
 """
@@ -25,7 +24,7 @@ from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
 from rltrainer.core.learner import Learner
 from rltrainer.core.learner_group import LearnerGroup
-from rltrainer.env.env_runner import EnvRunner, EpisodeStats
+from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
 from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
@@ -51,7 +50,6 @@ class Algorithm:
 
     config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     learner_class: ClassVar[type[Learner]] = Learner
-    postprocess_rollout: ClassVar[Any] = None
 
     def __init__(self, config: AlgorithmConfig | dict | None = None, env: Any = None) -> None:
         if config is None or isinstance(config, dict):
@@ -69,7 +67,7 @@ class Algorithm:
             random.seed(config.seed)
             np.random.seed(config.seed)
             torch.manual_seed(config.seed)
-        self.env_runner_group = EnvRunnerGroup(config, postprocess=type(self).postprocess_rollout)
+        self.env_runner_group = EnvRunnerGroup(config)
         self.workers = self.env_runner_group  # RLlib's older name
         local = self.env_runner_group.local_worker()
         self.observation_space = local.observation_space
@@ -107,18 +105,15 @@ class Algorithm:
         """Sample, update, sync weights; returns learner stats. Implemented by each algorithm."""
         raise NotImplementedError
 
-    def sample_train_batch(self) -> Any:
-        """Sample ``train_batch_size`` env steps from the env runners as one batch."""
-        batches, episodes = self.env_runner_group.sample(self.config.train_batch_size)
-        batch = batches[0] if len(batches) == 1 else type(batches[0])(
-            *(np.concatenate(column) for column in zip(*batches, strict=True))
-        )
-        steps = len(batch[0])
+    def sample_rollouts(self) -> list[Rollout]:
+        """Sample ``train_batch_size`` env steps from the env runners (one rollout per call)."""
+        rollouts, episodes = self.env_runner_group.sample(self.config.train_batch_size)
+        steps = sum(rollout.num_steps for rollout in rollouts)
         self.counters.timesteps_total += steps
         self._iteration_samples += steps
         self._iteration_episodes.extend(episodes)
         self._episodes.extend(episodes)
-        return batch
+        return rollouts
 
     # --- training ---------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
@@ -168,13 +163,13 @@ class Algorithm:
         self._eval_runner.set_filter_state(local.get_filter_state())
         by_episodes = self.config.evaluation_duration_unit == "episodes"
         duration = self.config.evaluation_duration
-        episodes = self._eval_runner.sample_episodes(
+        episodes, steps = self._eval_runner.sample_episodes(
             num_episodes=duration if by_episodes else None,
             num_timesteps=None if by_episodes else duration,
         )
         metrics = episode_metrics(episodes)
         metrics["episodes_this_iter"] = len(episodes)
-        metrics["num_env_steps_sampled"] = sum(e.episode_len for e in episodes)
+        metrics["num_env_steps_sampled"] = steps
         metrics["episode_returns"] = [e.episode_return for e in episodes]
         return {"evaluation": metrics}
 
@@ -197,7 +192,8 @@ class Algorithm:
         action = out["env_actions"][0]
         if not full_fetch:
             return action
-        extra = {k: np.asarray(out[k])[0] for k in ("action_logp", "action_dist_inputs", "vf_preds")}
+        extra = {"action_logp": out["action_logp"][0], "action_dist_inputs": out["action_dist_inputs"][0],
+                 "vf_preds": policy.compute_values(flat)[0]}
         return action, [], extra
 
     def compute_actions(self, observations: Any, explore: bool | None = None,
@@ -206,14 +202,17 @@ class Algorithm:
         keys = list(observations) if isinstance(observations, dict) else None
         items = [observations[k] for k in keys] if keys is not None else list(observations)
         runner = self.env_runner_group.local_worker()
-        flat = np.concatenate([runner.policy.preprocessor.transform_one(o) for o in items])
-        out = runner.policy.compute(runner.filter(flat, update=False),
-                                    self.config.explore if explore is None else explore)
+        flat = runner.filter(np.concatenate([runner.policy.preprocessor.transform_one(o) for o in items]),
+                             update=False)
+        out = runner.policy.compute(flat, self.config.explore if explore is None else explore)
         actions = out["env_actions"]
         if keys is not None:
             actions = dict(zip(keys, actions, strict=True))
-        extra = {k: np.asarray(out[k]) for k in ("action_logp", "action_dist_inputs", "vf_preds")}
-        return (actions, [], extra) if full_fetch else actions
+        if not full_fetch:
+            return actions
+        extra = {"action_logp": out["action_logp"], "action_dist_inputs": out["action_dist_inputs"],
+                 "vf_preds": runner.policy.compute_values(flat)}
+        return actions, [], extra
 
     # --- checkpoints ----------------------------------------------------------------------
     def save(self, checkpoint_dir: str | None = None) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import gymnasium as gym
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -137,7 +137,7 @@ class AlgorithmConfig(BaseModel):
     """Remote env-runner actors; 0 samples in the driver process without starting Ray."""
     num_envs_per_env_runner: int = Field(1, ge=1)
     """Vectorized envs stepped together by each env runner (batched inference)."""
-    rollout_fragment_length: int | Literal["auto"] = "auto"
+    rollout_fragment_length: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     """Steps per env per sample call; "auto" divides ``train_batch_size`` evenly."""
     batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
     """Cut rollouts at the fragment length (bootstrapping values) or only at episode ends."""
@@ -281,6 +281,7 @@ class AlgorithmConfig(BaseModel):
         out["model"] = self.model.model_dump()
         if "lambda_" in out:
             out["lambda"] = out.pop("lambda_")
+        out["framework"] = out.pop("framework_str")
         if isinstance(self.env, type):
             out["env"] = f"{self.env.__module__}:{self.env.__qualname__}"
         for key in ("observation_space", "action_space"):
@@ -343,9 +344,6 @@ class AlgorithmConfig(BaseModel):
                     f"evaluation_config has unknown key(s) {unknown}; "
                     f"allowed: {', '.join(self._all_fields())}"
                 )
-        fragment = self.rollout_fragment_length
-        if fragment != "auto" and fragment < 1:
-            raise ConfigError(f"rollout_fragment_length must be >= 1 or 'auto', got {fragment}")
 
     def get_rollout_fragment_length(self) -> int:
         """Steps per env per sample call, deriving "auto" from the train batch size."""
@@ -419,6 +417,14 @@ class AlgorithmConfig(BaseModel):
         if env is None or isinstance(env, str) or (isinstance(env, type) and issubclass(env, gym.Env)):
             return env
         raise ValueError('must be an env name, "package.module:Class", or a gymnasium.Env subclass')
+
+    @field_validator("lr")
+    @classmethod
+    def _non_negative_lr(cls, lr: Any) -> Any:
+        values = [lr] if isinstance(lr, float) else [v for _, v in lr]
+        if any(v < 0 for v in values):
+            raise ValueError("learning rates must be >= 0")
+        return lr
 
     @field_validator("observation_space", "action_space")
     @classmethod

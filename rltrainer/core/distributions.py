@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from gymnasium import spaces
-from torch.nn import functional as F  # noqa: N812
 
 
 class Categorical:
@@ -28,6 +28,19 @@ class Categorical:
 
     def deterministic_sample(self) -> torch.Tensor:
         return torch.argmax(self.logits, dim=-1)
+
+    @staticmethod
+    def sample_numpy(inputs: np.ndarray, explore: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(actions, logp)`` from numpy logits (the env runners' inference path)."""
+        shifted = inputs - inputs.max(axis=-1, keepdims=True)
+        logp_all = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        if explore:  # inverse-CDF sampling
+            cdf = np.exp(logp_all).cumsum(axis=-1)
+            u = rng.random((inputs.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
+            actions = np.minimum((cdf < u).sum(axis=-1), inputs.shape[-1] - 1)
+        else:
+            actions = logp_all.argmax(axis=-1)
+        return actions, np.take_along_axis(logp_all, actions[:, None], axis=-1)[:, 0]
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self.logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -55,6 +68,18 @@ class DiagGaussian:
 
     def deterministic_sample(self) -> torch.Tensor:
         return self.mean
+
+    @staticmethod
+    def sample_numpy(inputs: np.ndarray, explore: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``(actions, logp)`` from numpy means and log stds (the env runners' inference path)."""
+        mean, log_std = np.split(inputs, 2, axis=-1)
+        if not explore:
+            actions = mean.copy()
+        else:
+            actions = mean + np.exp(log_std) * rng.standard_normal(mean.shape, dtype=np.float32)
+        z = (actions - mean) * np.exp(-log_std)
+        logp = (-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(axis=-1)
+        return actions.astype(np.float32), logp.astype(np.float32)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         z = (actions - self.mean) / self.std

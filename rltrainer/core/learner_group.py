@@ -19,8 +19,8 @@ class LearnerGroup:
     def local_learner(self) -> Learner:
         return self._local
 
-    def update(self, batch: Any, timestep: int) -> dict[str, float]:
-        return self._local.update(batch, timestep)
+    def update(self, rollouts: Any, timestep: int) -> dict[str, float]:
+        return self._local.update(rollouts, timestep)
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         return self._local.get_weights()

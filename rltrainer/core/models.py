@@ -11,8 +11,37 @@ import torch
 from torch import nn
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "linear": nn.Identity}
+NUMPY_ACTIVATIONS = {
+    "tanh": lambda x: np.tanh(x, out=x),
+    "relu": lambda x: np.maximum(x, 0.0, out=x),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "linear": lambda x: x,
+}
 ACTIVATION_FNS = {"tanh": torch.tanh, "relu": torch.relu, "elu": torch.nn.functional.elu,
                   "silu": torch.nn.functional.silu, "linear": lambda x: x}
+
+
+class NumpyMLP:
+    """The same MLP evaluated with numpy on views of the torch parameters (CPU only).
+
+    For inference on small batches numpy's per-call overhead is a fraction of torch's.
+    The arrays share memory with the parameters, so in-place updates (optimizer steps,
+    ``load_state_dict``) are seen without any copying or cache invalidation.
+    """
+
+    def __init__(self, fast: FastMLP, activation: str) -> None:
+        self.params = [(w.detach().numpy().T, b.detach().numpy()) for w, b in fast.params]
+        self.activate = fast.activate
+        self.act = NUMPY_ACTIVATIONS[activation]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        for (weight_t, bias), activate in zip(self.params, self.activate, strict=True):
+            x = x @ weight_t
+            x += bias
+            if activate:
+                x = self.act(x)
+        return x
 
 
 class FastMLP:
@@ -77,6 +106,7 @@ class ActorCritic(nn.Module):
     ) -> None:
         super().__init__()
         self.free_log_std = free_log_std
+        self.activation = activation
         pi_outputs = num_outputs // 2 if free_log_std else num_outputs
         if vf_share_layers:
             self.trunk = mlp([obs_size, *hiddens], activation, out_gain=np.sqrt(2))
@@ -94,6 +124,20 @@ class ActorCritic(nn.Module):
         self._run_trunk = FastMLP(self.trunk, activation) if self.trunk is not None else None
         self._run_pi = FastMLP(self.pi, activation)
         self._run_vf = FastMLP(self.vf, activation)
+
+    def numpy_policy(self):
+        """``flat_obs (numpy) -> dist_inputs (numpy)`` without torch, for CPU inference."""
+        trunk = NumpyMLP(self._run_trunk, self.activation) if self._run_trunk is not None else None
+        pi = NumpyMLP(self._run_pi, self.activation)
+        log_std = self.log_std.detach().numpy() if self.free_log_std else None
+
+        def dist_inputs(obs: np.ndarray) -> np.ndarray:
+            out = pi(obs if trunk is None else trunk(obs))
+            if log_std is None:
+                return out
+            return np.concatenate([out, np.broadcast_to(log_std, out.shape)], axis=-1)
+
+        return dist_inputs
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(dist_inputs [B, num_outputs], values [B])``."""

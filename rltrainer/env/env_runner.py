@@ -29,25 +29,31 @@ logger = logging.getLogger(__name__)
 
 
 class Rollout(NamedTuple):
-    """``T`` steps of ``N`` envs; every array is ``[T, N, ...]`` except ``last_values``."""
+    """``T`` steps of ``N`` envs; every array is ``[T, N, ...]`` except ``last_obs``.
+
+    The observation after step t is ``obs[t + 1]`` (``last_obs`` after the last step);
+    after a step that ended an episode it is the episode's final observation.
+    """
 
     obs: np.ndarray  # filtered, flattened observations
-    actions: np.ndarray  # raw policy outputs (before rescaling to the env's bounds)
+    actions: np.ndarray  # the distribution's samples (before rescaling to the env's bounds)
     action_logp: np.ndarray
-    vf_preds: np.ndarray
     rewards: np.ndarray  # after reward clipping
     terminateds: np.ndarray
     truncateds: np.ndarray
     valid: np.ndarray  # False for next-step-autoreset steps and frozen envs
-    last_values: np.ndarray  # [N] values of the observations after the last step
+    last_obs: np.ndarray  # [N, obs_size] filtered observations after the last step
+
+    @property
+    def num_steps(self) -> int:
+        """Env steps that count (the valid ones)."""
+        return int(self.valid.sum())
 
 
 class EpisodeStats(NamedTuple):
     episode_return: float
     episode_len: int
 
-
-Postprocess = Callable[[Rollout, Any], Any]
 
 
 class EnvRunner:
@@ -58,7 +64,6 @@ class EnvRunner:
         config: Any,
         worker_index: int = 0,
         num_workers: int = 0,
-        postprocess: Postprocess | None = None,
     ) -> None:
         self.config = config
         self.worker_index = worker_index
@@ -68,42 +73,54 @@ class EnvRunner:
         self.observation_space = config.observation_space or self.env.single_observation_space
         self.action_space = config.action_space or self.env.single_action_space
         try:
-            self.policy = Policy(self.observation_space, self.action_space, config)
+            seed = None if config.seed is None else config.seed + 1000 * worker_index
+            self.policy = Policy(self.observation_space, self.action_space, config, seed=seed)
         except ValueError as err:
             raise EnvError(f"env {config.env!r}: {err}") from None
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
-        self.postprocess = postprocess
         self._obs: Any = None
         self._prev_done = np.zeros(self.num_envs, dtype=bool)
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self._episodes: list[EpisodeStats] = []
+        self._finished: list[tuple[int, EpisodeStats]] = []  # (env index, episode) of the last step
         self._seeded = False
 
     # --- sampling ------------------------------------------------------------------
-    def sample(self, explore: bool | None = None) -> tuple[Any, list[EpisodeStats]]:
-        """One rollout fragment per env, postprocessed; plus the episodes completed meanwhile."""
+    def sample(self, explore: bool | None = None) -> tuple[Rollout, list[EpisodeStats]]:
+        """One rollout fragment per env, plus the episodes completed meanwhile."""
         explore = self.config.explore if explore is None else explore
         steps = self.config.get_rollout_fragment_length()
         complete = self.config.batch_mode == "complete_episodes"
-        rollout = self._rollout(steps, explore, complete_episodes=complete)
-        batch = self.postprocess(rollout, self.config) if self.postprocess else rollout
-        return batch, self.pop_episodes()
+        return self._rollout(steps, explore, complete_episodes=complete), self.pop_episodes()
 
     def sample_episodes(self, num_episodes: int | None = None, num_timesteps: int | None = None,
-                        explore: bool | None = None) -> list[EpisodeStats]:
-        """Run fresh episodes (e.g. for evaluation) without touching the filter statistics."""
+                        explore: bool | None = None) -> tuple[list[EpisodeStats], int]:
+        """Run fresh episodes (e.g. for evaluation) without touching the filter statistics.
+
+        Returns the completed episodes and the env steps taken.
+        With ``num_episodes``, env i contributes ``(num_episodes + i) // num_envs`` of them
+        (SB3's ``evaluate_policy`` scheme): taking whichever episodes finish first would
+        favour short, failed ones.
+        """
         explore = self.config.explore if explore is None else explore
         self._reset()
         self.pop_episodes()
+        quota = None
+        if num_episodes is not None:
+            quota = np.array([(num_episodes + i) // self.num_envs for i in range(self.num_envs)])
+        counted = np.zeros(self.num_envs, dtype=np.int64)
+        episodes: list[EpisodeStats] = []
         steps = 0
-        while (num_episodes is None or len(self._episodes) < num_episodes) and (
-            num_timesteps is None or steps < num_timesteps
-        ):
+        while (quota is None or (counted < quota).any()) and (num_timesteps is None or steps < num_timesteps):
             *_, valid = self._step(explore, update_filter=False)
             steps += int(valid.sum())
-        episodes = self.pop_episodes()
-        return episodes[:num_episodes] if num_episodes is not None else episodes
+            for env_index, episode in self._finished:
+                if quota is None or counted[env_index] < quota[env_index]:
+                    counted[env_index] += 1
+                    episodes.append(episode)
+        self.pop_episodes()
+        return episodes, steps
 
     def pop_episodes(self) -> list[EpisodeStats]:
         episodes, self._episodes = self._episodes, []
@@ -125,7 +142,7 @@ class EnvRunner:
             self._reset()
         frozen = np.zeros(self.num_envs, dtype=bool)  # complete_episodes: env finished its share
         steps_taken = np.zeros(self.num_envs, dtype=np.int64)
-        columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_values"}
+        columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
         t = 0
         while t < num_steps or (complete_episodes and not frozen.all()):
             flat, out, rewards, terminateds, truncateds, valid = self._step(
@@ -134,7 +151,6 @@ class EnvRunner:
             columns["obs"].append(flat)
             columns["actions"].append(out["actions"])
             columns["action_logp"].append(out["action_logp"])
-            columns["vf_preds"].append(out["vf_preds"])
             columns["rewards"].append(self._clip_rewards(rewards))
             columns["terminateds"].append(terminateds)
             columns["truncateds"].append(truncateds)
@@ -143,9 +159,8 @@ class EnvRunner:
             if complete_episodes:
                 frozen |= (terminateds | truncateds) & valid & (steps_taken >= num_steps)
             t += 1
-        last_flat = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
-        stacked = {k: np.stack(v) for k, v in columns.items()}
-        return Rollout(**stacked, last_values=self.policy.compute_values(last_flat))
+        last_obs = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
+        return Rollout(**{k: np.stack(v) for k, v in columns.items()}, last_obs=last_obs)
 
     def _step(self, explore: bool, update_filter: bool, frozen: np.ndarray | None = None):
         """Act in every env once; returns what a rollout records about this step."""
@@ -164,8 +179,8 @@ class EnvRunner:
         self._ep_return += np.where(valid, rewards, 0.0)
         self._ep_len += valid
         ended = np.flatnonzero(dones & valid)
-        for i in ended:  # only envs whose episode just ended
-            self._episodes.append(EpisodeStats(float(self._ep_return[i]), int(self._ep_len[i])))
+        self._finished = [(i, EpisodeStats(float(self._ep_return[i]), int(self._ep_len[i]))) for i in ended]
+        self._episodes.extend(episode for _, episode in self._finished)
         self._ep_return[ended] = 0.0
         self._ep_len[ended] = 0
 

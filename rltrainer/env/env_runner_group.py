@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Postprocess
+from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
 
 
 class EnvRunnerGroup:
     """All env runners of an algorithm; RLlib's ``WorkerSet`` API over them."""
 
-    def __init__(self, config: Any, postprocess: Postprocess | None = None) -> None:
+    def __init__(self, config: Any) -> None:
         self.config = config
-        self._local = EnvRunner(config, worker_index=0, num_workers=config.num_env_runners,
-                                postprocess=postprocess)
+        self._local = EnvRunner(config, worker_index=0, num_workers=config.num_env_runners)
 
     def local_worker(self) -> EnvRunner:
         """The env runner in the driver process (samples when ``num_env_runners=0``)."""
@@ -25,19 +24,19 @@ class EnvRunnerGroup:
     def healthy_env_runner_ids(self) -> list[int]:
         return [0]
 
-    def sample(self, min_steps: int) -> tuple[list[Any], list[EpisodeStats]]:
+    def sample(self, min_steps: int) -> tuple[list[Rollout], list[EpisodeStats]]:
         """Enough sample rounds for ``min_steps`` env steps (one round with the "auto" fragment).
 
         Rounds are counted in env-step slots (fragment x envs): next-step-autoreset steps
         are dropped from batches, so counting kept steps would add a nearly empty round.
         """
         per_round = self.config.get_rollout_fragment_length() * self.config.num_envs_per_env_runner
-        batches, episodes = [], []
+        rollouts, episodes = [], []
         for _ in range(max(1, -(-min_steps // per_round))):
-            batch, new_episodes = self._local.sample()
-            batches.append(batch)
+            rollout, new_episodes = self._local.sample()
+            rollouts.append(rollout)
             episodes.extend(new_episodes)
-        return batches, episodes
+        return rollouts, episodes
 
     def sync_weights(self, weights: dict[str, Any]) -> None:
         """Send the learner's weights to every env runner."""

@@ -1,18 +1,15 @@
-"""Proximal Policy Optimization: config, rollout postprocessing, and the training step."""
+"""Proximal Policy Optimization: config and the training step."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from pydantic import Field
 
 from rltrainer.algorithms.algorithm import Algorithm
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
-from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, PPOLearner
-from rltrainer.env.env_runner import Rollout
+from rltrainer.algorithms.ppo.ppo_learner import PPOLearner
 from rltrainer.errors import ConfigError
-from rltrainer.utils.postprocessing import compute_gae
 
 
 class PPOConfig(AlgorithmConfig):
@@ -60,38 +57,15 @@ class PPOConfig(AlgorithmConfig):
             )
 
 
-def compute_advantages(rollout: Rollout, config: PPOConfig) -> PPOBatch:
-    """GAE over the rollout's ``[T, N]`` arrays, then the valid steps flattened into a batch."""
-    advantages, value_targets = compute_gae(
-        rewards=rollout.rewards,
-        values=rollout.vf_preds,
-        terminateds=rollout.terminateds.astype(np.float32),
-        dones=(rollout.terminateds | rollout.truncateds).astype(np.float32),
-        last_values=rollout.last_values,
-        gamma=config.gamma,
-        lambda_=config.lambda_ if config.use_gae else 1.0,
-    )
-    valid = rollout.valid
-    return PPOBatch(
-        obs=rollout.obs[valid],
-        actions=rollout.actions[valid],
-        action_logp=rollout.action_logp[valid],
-        vf_preds=rollout.vf_preds[valid],
-        advantages=advantages[valid],
-        value_targets=value_targets[valid],
-    )
-
-
 class PPO(Algorithm):
     """PPO: sample with the env runners, run minibatch SGD epochs, sync weights."""
 
     config_class = PPOConfig
     learner_class = PPOLearner
-    postprocess_rollout = staticmethod(compute_advantages)
 
     def training_step(self) -> dict[str, float]:
-        batch = self.sample_train_batch()  # 1. sample
-        stats = self.learner_group.update(batch, timestep=self.counters.timesteps_total)  # 2. update
+        rollouts = self.sample_rollouts()  # 1. sample
+        stats = self.learner_group.update(rollouts, timestep=self.counters.timesteps_total)  # 2. update
         self.env_runner_group.sync_weights(self.learner_group.get_weights())  # 3. sync weights
-        self.counters.num_env_steps_trained += len(batch.obs)
+        self.counters.num_env_steps_trained += sum(rollout.num_steps for rollout in rollouts)
         return stats

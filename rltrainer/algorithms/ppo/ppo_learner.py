@@ -8,6 +8,8 @@ import numpy as np
 import torch
 
 from rltrainer.core.learner import Learner
+from rltrainer.env.env_runner import Rollout
+from rltrainer.utils.postprocessing import compute_gae
 
 
 class PPOBatch(NamedTuple):
@@ -31,9 +33,10 @@ class PPOLearner(Learner):
         super().__init__(*args, **kwargs)
         self.kl_coeff = self.config.kl_coeff
 
-    def update(self, batch: PPOBatch, timestep: int) -> dict[str, float]:
+    def update(self, rollouts: list[Rollout], timestep: int) -> dict[str, float]:
         cfg = self.config
         lr = self.set_lr_for(timestep)
+        batch = self.build_batch(rollouts)
         data = PPOBatch(*(self.to_tensor(column) for column in batch))
         advantages = data.advantages
         # Advantage normalization over the whole batch (RLlib; SB3 does it per minibatch).
@@ -41,13 +44,16 @@ class PPOLearner(Learner):
         size = data.obs.shape[0]
         minibatch = min(cfg.minibatch_size, size)
         stats: list[torch.Tensor] = []
-        for _ in range(cfg.num_epochs):
+        for epoch in range(cfg.num_epochs):
+            # Diagnostics cost as much as the loss itself, so only the last epoch reports them.
+            last_epoch = epoch == cfg.num_epochs - 1
             order = torch.randperm(size, device=self.device)
             for start in range(0, size - minibatch + 1, minibatch):
                 index = order[start : start + minibatch]
-                loss, mb_stats = self.compute_loss(PPOBatch(*(column[index] for column in data)))
+                loss, mb_stats = self.compute_loss(PPOBatch(*(column[index] for column in data)), last_epoch)
                 self.apply_gradients(loss)
-                stats.append(mb_stats)
+                if last_epoch:
+                    stats.append(mb_stats)
         mean = torch.stack(stats).mean(0).tolist()
         result = dict(zip(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), mean, strict=True))
         self._adapt_kl_coeff(result["kl"])
@@ -56,13 +62,37 @@ class PPOLearner(Learner):
         result["cur_kl_coeff"] = self.kl_coeff
         return result
 
-    def compute_loss(self, mb: PPOBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The PPO objective on one minibatch, in the paper's notation."""
+    @torch.no_grad()
+    def build_batch(self, rollouts: list[Rollout]) -> PPOBatch:
+        """Values of every observation in one batched forward pass, GAE, then valid steps flattened."""
+        parts = []
+        for rollout in rollouts:
+            horizon, num_envs = rollout.valid.shape
+            all_obs = np.concatenate([rollout.obs.reshape(horizon * num_envs, -1), rollout.last_obs])
+            values = self.module.values(self.to_tensor(all_obs)).cpu().numpy()
+            vf_preds = values[: horizon * num_envs].reshape(horizon, num_envs)
+            advantages, value_targets = compute_gae(
+                rewards=rollout.rewards,
+                values=vf_preds,
+                terminateds=rollout.terminateds.astype(np.float32),
+                dones=(rollout.terminateds | rollout.truncateds).astype(np.float32),
+                last_values=values[horizon * num_envs :],
+                gamma=self.config.gamma,
+                lambda_=self.config.lambda_ if self.config.use_gae else 1.0,
+            )
+            valid = rollout.valid
+            parts.append(PPOBatch(rollout.obs[valid], rollout.actions[valid], rollout.action_logp[valid],
+                                  vf_preds[valid], advantages[valid], value_targets[valid]))
+        if len(parts) == 1:
+            return parts[0]
+        return PPOBatch(*(np.concatenate(column) for column in zip(*parts, strict=True)))
+
+    def compute_loss(self, mb: PPOBatch, with_stats: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The PPO objective on one minibatch, in the paper's notation; optionally its diagnostics."""
         cfg = self.config
         dist_inputs, values = self.module(mb.obs)
         dist = self.dist_class(dist_inputs)
-        newlogprob = dist.log_prob(mb.actions)
-        logratio = newlogprob - mb.action_logp
+        logratio = dist.log_prob(mb.actions) - mb.action_logp
         ratio = logratio.exp()
 
         # Clipped surrogate objective (PPO paper, eq. 7), as a loss to minimize.
@@ -70,18 +100,21 @@ class PPOLearner(Learner):
         pg_loss2 = -mb.advantages * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param)
         pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-        # KL(old || new) by the low-variance estimator (ratio - 1) - log(ratio) (Schulman 2020).
-        approx_kl = ((ratio - 1) - logratio).mean()
-        clipfrac = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
-
         # Value loss, each squared error clipped at vf_clip_param (RLlib's vf_clip_param).
-        vf_loss = torch.clamp((values - mb.value_targets).pow(2), 0, cfg.vf_clip_param).mean()
-        entropy = dist.entropy().mean()
+        vf_loss = torch.clamp((values - mb.value_targets).pow(2), max=cfg.vf_clip_param).mean()
+        loss = pg_loss + cfg.vf_loss_coeff * vf_loss
 
-        loss = pg_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy
+        if cfg.entropy_coeff > 0:
+            loss = loss - cfg.entropy_coeff * dist.entropy().mean()
         if self.kl_coeff > 0:
-            loss = loss + self.kl_coeff * approx_kl
-        stats = torch.stack([pg_loss, vf_loss, entropy, approx_kl, clipfrac, loss]).detach()
+            # KL(old || new) by the low-variance estimator (ratio - 1) - log(ratio) (Schulman 2020).
+            loss = loss + self.kl_coeff * ((ratio - 1) - logratio).mean()
+        if not with_stats:
+            return loss, None
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
+            stats = torch.stack([pg_loss, vf_loss, dist.entropy().mean(), approx_kl, clipfrac, loss])
         return loss, stats
 
     def _adapt_kl_coeff(self, kl: float) -> None:

@@ -1,0 +1,54 @@
+"""One seed of ``bench.time_to_solve``, in its own process (so imports count in its time).
+
+Prints one JSON line: when the stop criterion was met (``time.time()``), env steps,
+whether training solved, and the final policy's deterministic evaluation return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+from rltrainer.algorithms.registry import get_algorithm_class
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algo", required=True)
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--config", required=True, help="flat JSON config")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--target", type=float, required=True)
+    parser.add_argument("--budget", type=int, required=True)
+    parser.add_argument("--eval-episodes", type=int, default=20)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as storage:
+        config = get_algorithm_class(args.algo).config_class().environment(args.env)
+        config.update_from_dict(json.loads(args.config))
+        config.reporting(metrics_num_episodes_for_smoothing=20, storage_path=storage)
+        config.debugging(seed=args.seed)
+        config.evaluation(evaluation_duration=args.eval_episodes, evaluation_duration_unit="episodes",
+                          evaluation_config={"explore": False})
+        algo = config.build()
+        while True:
+            result = algo.train()
+            solved = result["episode_return_mean"] >= args.target
+            if solved or result["timesteps_total"] >= args.budget:
+                break
+        stopped_at = time.time()
+        evaluation = algo.evaluate()["evaluation"]["episode_return_mean"]
+        algo.stop()
+    print(json.dumps({
+        "stopped_at": stopped_at,
+        "steps": result["timesteps_total"],
+        "train_return": result["episode_return_mean"],
+        "eval_return": evaluation,
+        "solved": bool(solved and evaluation >= args.target),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Time to solve (BENCHMARKS.md): wall-clock from process start until the mean return of the
+last 20 training episodes reaches the target, then a 20-episode deterministic evaluation
+of the final policy must reach it too. Each seed runs in a fresh process.
+
+    python -m bench.time_to_solve --algo PPO --env CartPole-v1 --seeds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from bench.common import find_tuned_example, median, print_json_line
+
+TARGETS = {"CartPole-v1": (475.0, 300_000), "Pendulum-v1": (-200.0, 50_000)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", default="PPO")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--config", default="{}", help="JSON overrides of the tuned example's config")
+    parser.add_argument("--target", type=float, help="default: BENCHMARKS.md's target for the env")
+    parser.add_argument("--budget", type=int, help="env steps; default: BENCHMARKS.md's budget")
+    args = parser.parse_args()
+
+    target, budget = TARGETS.get(args.env, (None, None))
+    target = args.target if args.target is not None else target
+    budget = args.budget if args.budget is not None else budget
+    if target is None or budget is None:
+        raise SystemExit(f"no default target/budget for {args.env}: pass --target and --budget")
+    path, spec = find_tuned_example(args.algo, args.env)
+    config = {**spec.get("config", {}), **json.loads(args.config)}
+    print(f"{args.algo} on {args.env}: target {target}, budget {budget} steps, config from {path.name}")
+
+    runs = []
+    for seed in range(args.seeds):
+        command = [sys.executable, "-m", "bench.solve_one", "--algo", args.algo, "--env", args.env,
+                   "--config", json.dumps(config), "--seed", str(seed), "--target", str(target),
+                   "--budget", str(budget)]
+        started = time.time()
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            print(done.stderr, file=sys.stderr)
+            raise SystemExit(f"seed {seed} crashed")
+        run = json.loads(done.stdout.strip().splitlines()[-1])
+        run["seconds"] = run.pop("stopped_at") - started
+        runs.append(run)
+        print(f"  seed {seed}: {'solved' if run['solved'] else 'FAILED'} in {run['seconds']:.2f} s, "
+              f"{run['steps']} steps (train {run['train_return']:.1f}, eval {run['eval_return']:.1f})")
+
+    solved = [r for r in runs if r["solved"]]
+    figures = {
+        "algo": args.algo,
+        "env": args.env,
+        "seeds": len(runs),
+        "solved": len(solved),
+        "median_s": median([r["seconds"] for r in runs]),
+        "median_steps": median([r["steps"] for r in runs]),
+        "seconds": [round(r["seconds"], 2) for r in runs],
+        "steps": [r["steps"] for r in runs],
+    }
+    print(f"median {figures['median_s']:.2f} s, {figures['median_steps']:.0f} steps, "
+          f"{len(solved)}/{len(runs)} seeds solved")
+    print_json_line(figures)
+
+
+if __name__ == "__main__":
+    main()
