@@ -32,7 +32,16 @@ def _json_safe(value: Any) -> Any:
         return None
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
     return value
+
+
+def _csv_header(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return next(csv.reader(f), [])
 
 
 class ResultLogger:
@@ -43,18 +52,19 @@ class ResultLogger:
         trial_dir.mkdir(parents=True, exist_ok=True)
         (trial_dir / "params.json").write_text(json.dumps(_json_safe(params), indent=2, sort_keys=True))
         self._json = open(trial_dir / "result.json", "a")  # noqa: SIM115 (closed in close())
-        self._csv_file = open(trial_dir / "progress.csv", "a", newline="")  # noqa: SIM115
-        self._csv: csv.DictWriter | None = None
+        self._csv_path = trial_dir / "progress.csv"
+        self._csv_fields = _csv_header(self._csv_path)
+        self._csv_file = open(self._csv_path, "a", newline="")  # noqa: SIM115
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields)
         self._tb = SummaryWriter(str(trial_dir), flush_secs=30)
 
     def log(self, result: dict[str, Any]) -> None:
         self._json.write(json.dumps(_json_safe(result), allow_nan=False) + "\n")
         self._json.flush()
         flat = flatten(result)
-        if self._csv is None:
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=list(flat), extrasaction="ignore")
-            if self._csv_file.tell() == 0:
-                self._csv.writeheader()
+        new_keys = [key for key in flat if key not in self._csv_fields]
+        if new_keys:
+            self._widen_csv([*self._csv_fields, *new_keys])
         self._csv.writerow(flat)
         self._csv_file.flush()
         # One Summary with every scalar: a protobuf per scalar (add_scalar) costs ~4 ms/iteration.
@@ -64,6 +74,17 @@ class ResultLogger:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         ]
         self._tb.file_writer.add_summary(Summary(value=values), int(result.get("timesteps_total", 0)))
+
+    def _widen_csv(self, fields: list[str]) -> None:
+        """Rewrite progress.csv with more columns (keys that first appear later, e.g. evaluation)."""
+        self._csv_file.close()
+        with open(self._csv_path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        self._csv_file = open(self._csv_path, "w", newline="")  # noqa: SIM115
+        self._csv_fields = fields
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=fields)
+        self._csv.writeheader()
+        self._csv.writerows(rows)
 
     def close(self) -> None:
         self._json.close()

@@ -157,7 +157,10 @@ class Algorithm:
     def evaluate(self) -> dict[str, Any]:
         """Run ``evaluation_duration`` episodes (or timesteps) with ``evaluation_config`` applied."""
         if self._eval_runner is None:
-            self._eval_runner = EnvRunner(self.config.get_evaluation_config(), worker_index=0)
+            # Its own worker index, so its env seeds and action RNG differ from the training runners'.
+            self._eval_runner = EnvRunner(
+                self.config.get_evaluation_config(), worker_index=self.config.num_env_runners + 1
+            )
         local = self.env_runner_group.local_worker()
         self._eval_runner.set_weights(local.get_weights())
         self._eval_runner.set_filter_state(local.get_filter_state())
@@ -247,6 +250,8 @@ class Algorithm:
         """Load weights, optimizer, filter, counters and learning curve from a checkpoint."""
         self._restore_from(Checkpoint.load(checkpoint_path))
 
+    restore_from_path = restore
+
     @classmethod
     def from_checkpoint(cls, checkpoint_path: str, config_overrides: dict | None = None) -> Algorithm:
         """Rebuild the algorithm a checkpoint was written by, from the checkpoint alone."""
@@ -265,25 +270,41 @@ class Algorithm:
         if config_overrides:
             config.update_from_dict(config_overrides)
         algo = algo_class(config)
-        algo._restore_from(checkpoint)
+        try:
+            algo._restore_from(checkpoint)
+        except BaseException:
+            algo.stop()
+            raise
         return algo
 
     def _restore_from(self, checkpoint: Checkpoint) -> None:
         meta = checkpoint.metadata
         if meta["algorithm"] != type(self).__name__:
             raise CheckpointError(f"cannot restore a {meta['algorithm']} checkpoint into {type(self).__name__}")
+        # Check everything that can fail before changing any state: no half-restored algorithm.
         for key, space in (("observation_space", self.observation_space), ("action_space", self.action_space)):
             if meta.get(key) != space_to_json(space):
                 raise CheckpointError(
                     f"checkpoint {str(checkpoint.path)!r} was trained with {key} {meta.get(key)}, "
                     f"but this env has {space_to_json(space)}"
                 )
+        saved_filter = meta.get("observation_filter", "NoFilter")
+        if saved_filter != self.config.observation_filter:
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint.path)!r} was trained with observation_filter="
+                f"{saved_filter!r}; set env_runners(observation_filter={saved_filter!r}) to restore it"
+            )
         learner = self.learner_group.local_learner
-        try:
-            learner.set_weights(checkpoint.tensors("policy.safetensors"))
-            learner.set_optimizer_state(checkpoint.tensors("optimizer.safetensors"))
-        except (RuntimeError, KeyError, ValueError) as err:
-            raise CheckpointError(f"checkpoint {str(checkpoint.path)!r} does not fit this model: {err}") from None
+        weights = checkpoint.tensors("policy.safetensors")
+        expected = {name: tuple(t.shape) for name, t in learner.module.state_dict().items()}
+        if {name: tuple(t.shape) for name, t in weights.items()} != expected:
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint.path)!r} holds a different network than this config builds "
+                f"(model={self.config.model.model_dump()}); restore with the checkpoint's model settings"
+            )
+        optimizer_state = checkpoint.tensors("optimizer.safetensors")
+        learner.set_weights(weights)
+        learner.set_optimizer_state(optimizer_state)
         learner.set_extra_state(meta["learner"])
         self.env_runner_group.sync_weights(learner.get_weights())
         filter_state = checkpoint.arrays("filter.npz")

@@ -14,11 +14,22 @@ import logging
 from typing import Annotated, Any, ClassVar, Literal
 
 import gymnasium as gym
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+)
 
 from rltrainer.errors import ConfigError
 
-PiecewiseSchedule = list[tuple[int, float]]
+# JSON and YAML give [timestep, value] pairs as lists; strict validation wants tuples.
+PiecewiseSchedule = list[
+    Annotated[tuple[int, float], BeforeValidator(lambda pair: tuple(pair) if isinstance(pair, list) else pair)]
+]
 
 # Names the RLlib docs and older tuned examples use for the same settings.
 ALIASES: dict[str, str] = {
@@ -38,7 +49,7 @@ ALIASES: dict[str, str] = {
 class ModelConfig(BaseModel):
     """The default fully connected policy/value network (RLlib's ``model`` dict)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
     fcnet_hiddens: list[int] = Field(default_factory=lambda: [256, 256])
     """Sizes of the hidden layers."""
@@ -58,9 +69,11 @@ class ModelConfig(BaseModel):
 class AlgorithmConfig(BaseModel):
     """Settings shared by all algorithms; subclasses add their ``training()`` fields."""
 
+    # Strict: "100" is not an int and 1 is not a bool (ints are still fine as floats).
     model_config = ConfigDict(
         validate_assignment=True,
         extra="forbid",
+        strict=True,
         arbitrary_types_allowed=True,
         use_attribute_docstrings=True,
         protected_namespaces=(),
@@ -361,10 +374,10 @@ class AlgorithmConfig(BaseModel):
 
     @property
     def env_name(self) -> str:
-        """A short printable name of the env."""
+        """A short name of the env, safe as part of a folder name ("ALE/Pong-v5" -> "ALE-Pong-v5")."""
         if isinstance(self.env, type):
             return self.env.__name__
-        return str(self.env).rsplit(":", 1)[-1]
+        return str(self.env).rsplit(":", 1)[-1].replace("/", "-").replace("\\", "-")
 
     # --- internals -----------------------------------------------------------------
     @classmethod
@@ -388,8 +401,9 @@ class AlgorithmConfig(BaseModel):
                 setattr(self, key, value)
             except ValidationError as err:
                 problem = err.errors()[0]["msg"]
+                expected = type(self).model_fields[key].description or ""
                 raise ConfigError(
-                    f"{section}(): invalid value for '{key}': {problem} (got {value!r})"
+                    f"{section}(): invalid value for '{key}': {problem} (got {value!r}). {key}: {expected}"
                 ) from None
         if "log_level" in kwargs:
             logging.getLogger("rltrainer").setLevel(self.log_level.replace("WARN", "WARNING", 1))

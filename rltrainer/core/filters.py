@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rltrainer.errors import ConfigError
+
 CLIP = 10.0  # normalized observations are clipped to [-10, 10], as in RLlib and SB3's VecNormalize.
 
 
@@ -58,7 +60,11 @@ class NoFilter:
         return {}
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
-        pass
+        if state:
+            raise ConfigError(
+                "got MeanStdFilter statistics for a NoFilter observation filter: "
+                "set observation_filter='MeanStdFilter' (the policy was trained on normalized observations)"
+            )
 
     def pop_delta(self) -> dict[str, np.ndarray]:
         return {}
@@ -109,6 +115,16 @@ def _stat_arrays(stat: RunningStat) -> dict[str, np.ndarray]:
 
 
 def _stat_from_arrays(state: dict[str, np.ndarray], size: int) -> RunningStat:
+    if not state:
+        raise ConfigError(
+            "got the (empty) state of a NoFilter observation filter for a MeanStdFilter: "
+            "set observation_filter='NoFilter'"
+        )
+    if set(state) != {"count", "mean", "m2"}:
+        raise ConfigError(f"MeanStdFilter needs statistics 'count', 'mean' and 'm2', got {sorted(state)}")
+    for key in ("mean", "m2"):
+        if np.size(state[key]) != size:
+            raise ConfigError(f"MeanStdFilter '{key}' has {np.size(state[key])} values, expected {size}")
     stat = RunningStat(size)
     stat.count = float(np.asarray(state["count"]).reshape(-1)[0])
     stat.mean = np.asarray(state["mean"], dtype=np.float64).reshape(size).copy()

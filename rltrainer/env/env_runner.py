@@ -143,8 +143,9 @@ class EnvRunner:
         frozen = np.zeros(self.num_envs, dtype=bool)  # complete_episodes: env finished its share
         steps_taken = np.zeros(self.num_envs, dtype=np.int64)
         columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
-        t = 0
-        while t < num_steps or (complete_episodes and not frozen.all()):
+        # Reset steps (next-step autoreset) don't count: each env steps until it has
+        # num_steps real ones (and, for complete_episodes, until its episode ends).
+        while (steps_taken < num_steps).any() or (complete_episodes and not frozen.all()):
             flat, out, rewards, terminateds, truncateds, valid = self._step(
                 explore, update_filter, frozen
             )
@@ -158,7 +159,6 @@ class EnvRunner:
             steps_taken += valid
             if complete_episodes:
                 frozen |= (terminateds | truncateds) & valid & (steps_taken >= num_steps)
-            t += 1
         last_obs = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
         return Rollout(**{k: np.stack(v) for k, v in columns.items()}, last_obs=last_obs)
 

@@ -25,11 +25,7 @@ class EnvRunnerGroup:
         return [0]
 
     def sample(self, min_steps: int) -> tuple[list[Rollout], list[EpisodeStats]]:
-        """Enough sample rounds for ``min_steps`` env steps (one round with the "auto" fragment).
-
-        Rounds are counted in env-step slots (fragment x envs): next-step-autoreset steps
-        are dropped from batches, so counting kept steps would add a nearly empty round.
-        """
+        """Enough sample rounds for ``min_steps`` env steps (one round with the "auto" fragment)."""
         per_round = self.config.get_rollout_fragment_length() * self.config.num_envs_per_env_runner
         rollouts, episodes = [], []
         for _ in range(max(1, -(-min_steps // per_round))):

@@ -48,6 +48,10 @@ def resolve_creator(env: Any) -> EnvCreator:
     if env in _REGISTRY:
         return _REGISTRY[env]
     if ":" in env and env not in gym.registry:
+        module_name, _, name = env.partition(":")
+        _import_module(env, module_name)
+        if name in gym.registry:  # gymnasium's "module:env-id" form (the import registers the id)
+            return lambda ctx: gym.make(name, **ctx)
         cls = _import_class(env)
         return lambda ctx: cls(ctx)
     if env in gym.registry:
@@ -95,13 +99,16 @@ def _checked(created: Any, env: Any) -> gym.Env:
     return created
 
 
-def _import_class(path: str) -> type:
-    module_name, _, class_name = path.partition(":")
+def _import_module(path: str, module_name: str) -> Any:
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as err:
         raise EnvError(f"env {path!r}: cannot import module {module_name!r} ({err})") from None
-    obj = module
+
+
+def _import_class(path: str) -> type:
+    module_name, _, class_name = path.partition(":")
+    obj = _import_module(path, module_name)
     for part in class_name.split("."):
         obj = getattr(obj, part, None)
         if obj is None:

@@ -22,8 +22,6 @@ class PPOConfig(AlgorithmConfig):
            "kl_coeff", "kl_target", "num_epochs", "minibatch_size", "use_gae"),
     }
 
-    lr: float | list[tuple[int, float]] = 5e-5
-    """Learning rate, or a piecewise-linear schedule ``[[timestep, value], ...]``."""
     lambda_: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda: 1 is Monte-Carlo advantages, 0 one-step TD."""
     clip_param: float = Field(0.3, gt=0)
