@@ -56,7 +56,9 @@ def sampling(env_id: str, num_envs: int, seconds: float, hiddens: list[int]) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--envs", default="1,8,64", help="comma-separated vector sizes")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
@@ -70,8 +72,11 @@ def main() -> None:
     for num_envs in (int(n) for n in args.envs.split(",")):
         ours = median([sampling(args.env, num_envs, args.seconds, hiddens) for _ in range(args.repeats)])
         top = median([ceiling(args.env, num_envs, args.seconds) for _ in range(args.repeats)])
-        figures[str(num_envs)] = {"steps_per_s": round(ours), "ceiling_steps_per_s": round(top),
-                                  "ratio": round(ours / top, 3)}
+        figures[str(num_envs)] = {
+            "steps_per_s": round(ours),
+            "ceiling_steps_per_s": round(top),
+            "ratio": round(ours / top, 3),
+        }
         print(f"{num_envs:>6} {ours:>18,.0f} {top:>17,.0f} {ours / top:>7.1%}")
     print_json_line({"env": args.env, "gym_version": gym.__version__, "sampling": figures})
 

@@ -30,8 +30,11 @@ def main() -> None:
         config.update_from_dict(json.loads(args.config))
         config.reporting(metrics_num_episodes_for_smoothing=20, storage_path=storage)
         config.debugging(seed=args.seed)
-        config.evaluation(evaluation_duration=args.eval_episodes, evaluation_duration_unit="episodes",
-                          evaluation_config={"explore": False})
+        config.evaluation(
+            evaluation_duration=args.eval_episodes,
+            evaluation_duration_unit="episodes",
+            evaluation_config={"explore": False},
+        )
         algo = config.build()
         while True:
             result = algo.train()
@@ -41,13 +44,17 @@ def main() -> None:
         stopped_at = time.time()
         evaluation = algo.evaluate()["evaluation"]["episode_return_mean"]
         algo.stop()
-    print(json.dumps({
-        "stopped_at": stopped_at,
-        "steps": result["timesteps_total"],
-        "train_return": result["episode_return_mean"],
-        "eval_return": evaluation,
-        "solved": bool(solved and evaluation >= args.target),
-    }))
+    print(
+        json.dumps(
+            {
+                "stopped_at": stopped_at,
+                "steps": result["timesteps_total"],
+                "train_return": result["episode_return_mean"],
+                "eval_return": evaluation,
+                "solved": bool(solved and evaluation >= args.target),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ TARGETS = {"CartPole-v1": (475.0, 300_000), "Pendulum-v1": (-200.0, 50_000)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--algo", default="PPO")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--seeds", type=int, default=5)
@@ -39,9 +41,23 @@ def main() -> None:
 
     runs = []
     for seed in range(args.seeds):
-        command = [sys.executable, "-m", "bench.solve_one", "--algo", args.algo, "--env", args.env,
-                   "--config", json.dumps(config), "--seed", str(seed), "--target", str(target),
-                   "--budget", str(budget)]
+        command = [
+            sys.executable,
+            "-m",
+            "bench.solve_one",
+            "--algo",
+            args.algo,
+            "--env",
+            args.env,
+            "--config",
+            json.dumps(config),
+            "--seed",
+            str(seed),
+            "--target",
+            str(target),
+            "--budget",
+            str(budget),
+        ]
         started = time.time()
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -50,8 +66,10 @@ def main() -> None:
         run = json.loads(done.stdout.strip().splitlines()[-1])
         run["seconds"] = run.pop("stopped_at") - started
         runs.append(run)
-        print(f"  seed {seed}: {'solved' if run['solved'] else 'FAILED'} in {run['seconds']:.2f} s, "
-              f"{run['steps']} steps (train {run['train_return']:.1f}, eval {run['eval_return']:.1f})")
+        print(
+            f"  seed {seed}: {'solved' if run['solved'] else 'FAILED'} in {run['seconds']:.2f} s, "
+            f"{run['steps']} steps (train {run['train_return']:.1f}, eval {run['eval_return']:.1f})"
+        )
 
     solved = [r for r in runs if r["solved"]]
     figures = {
@@ -64,8 +82,10 @@ def main() -> None:
         "seconds": [round(r["seconds"], 2) for r in runs],
         "steps": [r["steps"] for r in runs],
     }
-    print(f"median {figures['median_s']:.2f} s, {figures['median_steps']:.0f} steps, "
-          f"{len(solved)}/{len(runs)} seeds solved")
+    print(
+        f"median {figures['median_s']:.2f} s, {figures['median_steps']:.0f} steps, "
+        f"{len(solved)}/{len(runs)} seeds solved"
+    )
     print_json_line(figures)
 
 

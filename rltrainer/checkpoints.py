@@ -84,9 +84,7 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
         meta_path = path / METADATA_FILE
         if not meta_path.is_file():
-            raise CheckpointError(
-                f"{str(path)!r} is not an rltrainer checkpoint: it has no {METADATA_FILE}"
-            )
+            raise CheckpointError(f"{str(path)!r} is not an rltrainer checkpoint: it has no {METADATA_FILE}")
         try:
             metadata = json.loads(meta_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:

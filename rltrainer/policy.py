@@ -20,8 +20,13 @@ class Policy:
     ``to_env_actions`` rescales to the space's bounds (RLlib's unsquashing).
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, config: Any,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        config: Any,
+        seed: int | None = None,
+    ) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
         self.config = config
@@ -94,8 +99,10 @@ class Policy:
         low, high = space.low.astype(np.float32), space.high.astype(np.float32)
         bounded = bool(np.all(np.isfinite(low)) and np.all(np.isfinite(high)))
         if config.normalize_actions and bounded:
+
             def rescale(a: np.ndarray) -> np.ndarray:
                 return low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (high - low)
+
             return rescale
         if config.clip_actions:
             return lambda a: np.clip(a, low, high)

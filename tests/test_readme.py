@@ -27,8 +27,14 @@ def sandbox_env(tmp_path: Path) -> dict[str, str]:
 def test_python_examples_run(tmp_path: Path) -> None:
     script = tmp_path / "readme_examples.py"
     script.write_text("\n\n".join(blocks("python")))
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=sandbox_env(tmp_path),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=sandbox_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "unknown key 'learning_rate'" in done.stdout
 
@@ -36,7 +42,13 @@ def test_python_examples_run(tmp_path: Path) -> None:
 def test_cli_examples_run(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "tuned_examples", tmp_path / "tuned_examples")
     (cli_block,) = [b for b in blocks("bash") if b.lstrip().startswith("rltrainer")]
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", cli_block], cwd=tmp_path, env=sandbox_env(tmp_path),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", cli_block],
+        cwd=tmp_path,
+        env=sandbox_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "mean return" in done.stdout

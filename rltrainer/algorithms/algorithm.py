@@ -1,7 +1,7 @@
 """``Algorithm``: the training loop, evaluation, checkpoints and inference every algorithm shares.
 
-Subclasses set ``config_class`` and ``learner_class`` and implement one hook, ``training_step()``: sample, update, sync weights. The base class
-owns ``train()`` (repeating the hook to the configured iteration length, collecting
+Subclasses set ``config_class`` and ``learner_class`` and implement one hook,
+``training_step()``: sample, update, sync weights. The base class owns ``train()`` (repeating the hook to the configured iteration length, collecting
 metrics, evaluating, logging and checkpointing).
 """
 
@@ -87,18 +87,36 @@ class Algorithm:
         self._result_logger: ResultLogger | None = None
 
     BASE_RESULT_KEYS: ClassVar[tuple[str, ...]] = (
-        "training_iteration", "timesteps_total", "time_this_iter_s", "time_total_s",
-        "episode_return_mean", "episode_return_min", "episode_return_max", "episode_len_mean",
-        "episodes_this_iter", "episodes_total", "num_env_steps_sampled", "num_env_steps_trained",
-        "num_env_steps_sampled_lifetime", "num_env_steps_sampled_per_s",
+        "training_iteration",
+        "timesteps_total",
+        "time_this_iter_s",
+        "time_total_s",
+        "episode_return_mean",
+        "episode_return_min",
+        "episode_return_max",
+        "episode_len_mean",
+        "episodes_this_iter",
+        "episodes_total",
+        "num_env_steps_sampled",
+        "num_env_steps_trained",
+        "num_env_steps_sampled_lifetime",
+        "num_env_steps_sampled_per_s",
+    )
+
+    EVALUATION_KEYS: ClassVar[tuple[str, ...]] = (
+        "episode_return_mean",
+        "episode_return_min",
+        "episode_return_max",
+        "episode_len_mean",
+        "episodes_this_iter",
+        "num_env_steps_sampled",
     )
 
     @classmethod
     def result_keys(cls) -> list[str]:
         """Every numeric key ``train()`` reports (what stop criteria may name)."""
         stat_keys = getattr(cls.learner_class, "STAT_KEYS", ())
-        evaluation = [f"evaluation/{k}" for k in cls.BASE_RESULT_KEYS if k.startswith("episode")]
-        return [*cls.BASE_RESULT_KEYS, *stat_keys, *evaluation]
+        return [*cls.BASE_RESULT_KEYS, *stat_keys, *(f"evaluation/{k}" for k in cls.EVALUATION_KEYS)]
 
     # --- the hook ---------------------------------------------------------------------
     def training_step(self) -> dict[str, float]:
@@ -181,8 +199,9 @@ class Algorithm:
         """The policy the env runners act with (weights as of the last update)."""
         return self.env_runner_group.local_worker().policy
 
-    def compute_single_action(self, observation: Any, explore: bool | None = None,
-                              full_fetch: bool = False) -> Any:
+    def compute_single_action(
+        self, observation: Any, explore: bool | None = None, full_fetch: bool = False
+    ) -> Any:
         """The action for one raw env observation (same preprocessing and filter as training).
 
         With ``full_fetch`` returns ``(action, [], extra)`` where ``extra`` holds
@@ -195,26 +214,34 @@ class Algorithm:
         action = out["env_actions"][0]
         if not full_fetch:
             return action
-        extra = {"action_logp": out["action_logp"][0], "action_dist_inputs": out["action_dist_inputs"][0],
-                 "vf_preds": policy.compute_values(flat)[0]}
+        extra = {
+            "action_logp": out["action_logp"][0],
+            "action_dist_inputs": out["action_dist_inputs"][0],
+            "vf_preds": policy.compute_values(flat)[0],
+        }
         return action, [], extra
 
-    def compute_actions(self, observations: Any, explore: bool | None = None,
-                        full_fetch: bool = False) -> Any:
+    def compute_actions(
+        self, observations: Any, explore: bool | None = None, full_fetch: bool = False
+    ) -> Any:
         """Actions for a list (or dict by key) of raw observations."""
         keys = list(observations) if isinstance(observations, dict) else None
         items = [observations[k] for k in keys] if keys is not None else list(observations)
         runner = self.env_runner_group.local_worker()
-        flat = runner.filter(np.concatenate([runner.policy.preprocessor.transform_one(o) for o in items]),
-                             update=False)
+        flat = runner.filter(
+            np.concatenate([runner.policy.preprocessor.transform_one(o) for o in items]), update=False
+        )
         out = runner.policy.compute(flat, self.config.explore if explore is None else explore)
         actions = out["env_actions"]
         if keys is not None:
             actions = dict(zip(keys, actions, strict=True))
         if not full_fetch:
             return actions
-        extra = {"action_logp": out["action_logp"], "action_dist_inputs": out["action_dist_inputs"],
-                 "vf_preds": runner.policy.compute_values(flat)}
+        extra = {
+            "action_logp": out["action_logp"],
+            "action_dist_inputs": out["action_dist_inputs"],
+            "vf_preds": runner.policy.compute_values(flat),
+        }
         return actions, [], extra
 
     # --- checkpoints ----------------------------------------------------------------------
@@ -240,7 +267,10 @@ class Algorithm:
         return write_checkpoint(
             checkpoint_dir,
             metadata,
-            tensors={"policy.safetensors": learner.get_weights(), "optimizer.safetensors": learner.get_optimizer_state()},
+            tensors={
+                "policy.safetensors": learner.get_weights(),
+                "optimizer.safetensors": learner.get_optimizer_state(),
+            },
             arrays={"filter.npz": self.env_runner_group.local_worker().get_filter_state()},
         )
 
@@ -280,9 +310,14 @@ class Algorithm:
     def _restore_from(self, checkpoint: Checkpoint) -> None:
         meta = checkpoint.metadata
         if meta["algorithm"] != type(self).__name__:
-            raise CheckpointError(f"cannot restore a {meta['algorithm']} checkpoint into {type(self).__name__}")
+            raise CheckpointError(
+                f"cannot restore a {meta['algorithm']} checkpoint into {type(self).__name__}"
+            )
         # Check everything that can fail before changing any state: no half-restored algorithm.
-        for key, space in (("observation_space", self.observation_space), ("action_space", self.action_space)):
+        for key, space in (
+            ("observation_space", self.observation_space),
+            ("action_space", self.action_space),
+        ):
             if meta.get(key) != space_to_json(space):
                 raise CheckpointError(
                     f"checkpoint {str(checkpoint.path)!r} was trained with {key} {meta.get(key)}, "
@@ -313,7 +348,8 @@ class Algorithm:
         curve = meta.get("learning_curve", {})
         self._episodes.clear()
         self._episodes.extend(
-            EpisodeStats(r, n) for r, n in zip(curve.get("episode_returns", []), curve.get("episode_lens", []), strict=True)
+            EpisodeStats(r, n)
+            for r, n in zip(curve.get("episode_returns", []), curve.get("episode_lens", []), strict=True)
         )
 
     # --- results folder -------------------------------------------------------------------
@@ -357,8 +393,12 @@ def episode_metrics(episodes: Any) -> dict[str, float]:
     """Mean/min/max return and mean length of ``episodes`` (NaN when there are none)."""
     if not episodes:
         nan = float("nan")
-        return {"episode_return_mean": nan, "episode_return_min": nan, "episode_return_max": nan,
-                "episode_len_mean": nan}
+        return {
+            "episode_return_mean": nan,
+            "episode_return_min": nan,
+            "episode_return_max": nan,
+            "episode_len_mean": nan,
+        }
     returns = np.array([e.episode_return for e in episodes])
     return {
         "episode_return_mean": float(returns.mean()),

@@ -28,7 +28,9 @@ from rltrainer.errors import ConfigError
 
 # JSON and YAML give [timestep, value] pairs as lists; strict validation wants tuples.
 PiecewiseSchedule = list[
-    Annotated[tuple[int, float], BeforeValidator(lambda pair: tuple(pair) if isinstance(pair, list) else pair)]
+    Annotated[
+        tuple[int, float], BeforeValidator(lambda pair: tuple(pair) if isinstance(pair, list) else pair)
+    ]
 ]
 
 # Names the RLlib docs and older tuned examples use for the same settings.

@@ -30,7 +30,9 @@ class Categorical:
         return torch.argmax(self.logits, dim=-1)
 
     @staticmethod
-    def sample_numpy(inputs: np.ndarray, explore: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def sample_numpy(
+        inputs: np.ndarray, explore: bool, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(actions, logp)`` from numpy logits (the env runners' inference path)."""
         shifted = inputs - inputs.max(axis=-1, keepdims=True)
         logp_all = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
@@ -70,7 +72,9 @@ class DiagGaussian:
         return self.mean
 
     @staticmethod
-    def sample_numpy(inputs: np.ndarray, explore: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def sample_numpy(
+        inputs: np.ndarray, explore: bool, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(actions, logp)`` from numpy means and log stds (the env runners' inference path)."""
         mean, log_std = np.split(inputs, 2, axis=-1)
         if not explore:

@@ -18,8 +18,13 @@ NUMPY_ACTIVATIONS = {
     "silu": lambda x: x / (1.0 + np.exp(-x)),
     "linear": lambda x: x,
 }
-ACTIVATION_FNS = {"tanh": torch.tanh, "relu": torch.relu, "elu": torch.nn.functional.elu,
-                  "silu": torch.nn.functional.silu, "linear": lambda x: x}
+ACTIVATION_FNS = {
+    "tanh": torch.tanh,
+    "relu": torch.relu,
+    "elu": torch.nn.functional.elu,
+    "silu": torch.nn.functional.silu,
+    "linear": lambda x: x,
+}
 
 
 class NumpyMLP:

@@ -17,8 +17,13 @@ import torch
 class Adam:
     """Adam (Kingma & Ba 2015) with bias correction, as in ``torch.optim.Adam``."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.lr, self.betas, self.eps = lr, betas, eps
         self.step_count = 0

@@ -27,7 +27,9 @@ class EnvContext(dict):
         self.remote = remote
 
     def copy_with_overrides(
-        self, env_config: dict[str, Any] | None = None, worker_index: int | None = None,
+        self,
+        env_config: dict[str, Any] | None = None,
+        worker_index: int | None = None,
         vector_index: int | None = None,
     ) -> EnvContext:
         """A copy with some fields replaced."""

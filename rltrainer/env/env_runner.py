@@ -55,7 +55,6 @@ class EpisodeStats(NamedTuple):
     episode_len: int
 
 
-
 class EnvRunner:
     """Samples rollouts from vectorized envs; the config decides envs, filter and batch mode."""
 
@@ -94,8 +93,9 @@ class EnvRunner:
         complete = self.config.batch_mode == "complete_episodes"
         return self._rollout(steps, explore, complete_episodes=complete), self.pop_episodes()
 
-    def sample_episodes(self, num_episodes: int | None = None, num_timesteps: int | None = None,
-                        explore: bool | None = None) -> tuple[list[EpisodeStats], int]:
+    def sample_episodes(
+        self, num_episodes: int | None = None, num_timesteps: int | None = None, explore: bool | None = None
+    ) -> tuple[list[EpisodeStats], int]:
         """Run fresh episodes (e.g. for evaluation) without touching the filter statistics.
 
         Returns the completed episodes and the env steps taken.
@@ -136,8 +136,9 @@ class EnvRunner:
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
 
-    def _rollout(self, num_steps: int, explore: bool, complete_episodes: bool = False,
-                 update_filter: bool = True) -> Rollout:
+    def _rollout(
+        self, num_steps: int, explore: bool, complete_episodes: bool = False, update_filter: bool = True
+    ) -> Rollout:
         if self._obs is None or complete_episodes:
             self._reset()
         frozen = np.zeros(self.num_envs, dtype=bool)  # complete_episodes: env finished its share
@@ -146,9 +147,7 @@ class EnvRunner:
         # Reset steps (next-step autoreset) don't count: each env steps until it has
         # num_steps real ones (and, for complete_episodes, until its episode ends).
         while (steps_taken < num_steps).any() or (complete_episodes and not frozen.all()):
-            flat, out, rewards, terminateds, truncateds, valid = self._step(
-                explore, update_filter, frozen
-            )
+            flat, out, rewards, terminateds, truncateds, valid = self._step(explore, update_filter, frozen)
             columns["obs"].append(flat)
             columns["actions"].append(out["actions"])
             columns["action_logp"].append(out["action_logp"])

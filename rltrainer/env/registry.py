@@ -79,23 +79,16 @@ def make_vector_env(env: Any, ctx: EnvContext, num_envs: int) -> gym.vector.Vect
         spec = gym.spec(env)
         if spec.vector_entry_point is not None:
             try:
-                return gym.make_vec(
-                    env, num_envs=num_envs, vectorization_mode="vector_entry_point", **ctx
-                )
+                return gym.make_vec(env, num_envs=num_envs, vectorization_mode="vector_entry_point", **ctx)
             except TypeError as err:
                 raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
-    fns = [
-        (lambda i=i: make_env(env, ctx.copy_with_overrides(vector_index=i)))
-        for i in range(num_envs)
-    ]
+    fns = [(lambda i=i: make_env(env, ctx.copy_with_overrides(vector_index=i))) for i in range(num_envs)]
     return gym.vector.SyncVectorEnv(fns)
 
 
 def _checked(created: Any, env: Any) -> gym.Env:
     if not isinstance(created, gym.Env):
-        raise EnvError(
-            f"the creator of env {env!r} returned {type(created).__name__}, not a gymnasium.Env"
-        )
+        raise EnvError(f"the creator of env {env!r} returned {type(created).__name__}, not a gymnasium.Env")
     return created
 
 

@@ -35,4 +35,3 @@ def compute_gae(
         running = deltas[t] + carry[t] * running
         advantages[t] = running
     return advantages.astype(np.float32), (advantages + values).astype(np.float32)
-

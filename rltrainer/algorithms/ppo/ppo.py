@@ -18,8 +18,18 @@ class PPOConfig(AlgorithmConfig):
     SECTIONS = {
         **AlgorithmConfig.SECTIONS,
         "training": AlgorithmConfig.SECTIONS["training"]
-        + ("lambda_", "clip_param", "vf_clip_param", "vf_loss_coeff", "entropy_coeff",
-           "kl_coeff", "kl_target", "num_epochs", "minibatch_size", "use_gae"),
+        + (
+            "lambda_",
+            "clip_param",
+            "vf_clip_param",
+            "vf_loss_coeff",
+            "entropy_coeff",
+            "kl_coeff",
+            "kl_target",
+            "num_epochs",
+            "minibatch_size",
+            "use_gae",
+        ),
     }
 
     lambda_: float = Field(1.0, ge=0.0, le=1.0)

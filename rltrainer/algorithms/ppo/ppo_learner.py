@@ -26,8 +26,17 @@ class PPOBatch(NamedTuple):
 class PPOLearner(Learner):
     """Minibatch SGD over several epochs of one sampled batch (Schulman et al. 2017)."""
 
-    STAT_KEYS = ("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "vf_explained_var",
-                 "total_loss", "cur_lr", "cur_kl_coeff")
+    STAT_KEYS = (
+        "policy_loss",
+        "vf_loss",
+        "entropy",
+        "kl",
+        "clipfrac",
+        "vf_explained_var",
+        "total_loss",
+        "cur_lr",
+        "cur_kl_coeff",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -55,7 +64,9 @@ class PPOLearner(Learner):
                 if last_epoch:
                     stats.append(mb_stats)
         mean = torch.stack(stats).mean(0).tolist()
-        result = dict(zip(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), mean, strict=True))
+        result = dict(
+            zip(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), mean, strict=True)
+        )
         self._adapt_kl_coeff(result["kl"])
         result["vf_explained_var"] = explained_variance(batch.vf_preds, batch.value_targets)
         result["cur_lr"] = lr
@@ -81,8 +92,16 @@ class PPOLearner(Learner):
                 lambda_=self.config.lambda_ if self.config.use_gae else 1.0,
             )
             valid = rollout.valid
-            parts.append(PPOBatch(rollout.obs[valid], rollout.actions[valid], rollout.action_logp[valid],
-                                  vf_preds[valid], advantages[valid], value_targets[valid]))
+            parts.append(
+                PPOBatch(
+                    rollout.obs[valid],
+                    rollout.actions[valid],
+                    rollout.action_logp[valid],
+                    vf_preds[valid],
+                    advantages[valid],
+                    value_targets[valid],
+                )
+            )
         if len(parts) == 1:
             return parts[0]
         return PPOBatch(*(np.concatenate(column) for column in zip(*parts, strict=True)))

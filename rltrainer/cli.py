@@ -1,0 +1,437 @@
+"""The ``rltrainer`` command: ``train`` and ``evaluate`` (RLlib's ``rllib train|evaluate``).
+
+User mistakes (unknown algorithm, env, config key or stop key; malformed JSON or YAML; a
+missing or invalid checkpoint) print one ``rltrainer: error: ...`` line and exit 2. Any
+other exception is a bug and keeps its traceback. Ctrl-C exits 130.
+
+Heavy modules (torch, gymnasium) are imported inside the commands, so ``--help`` and
+argument errors answer at once instead of after ~2 s of imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from rltrainer import __version__
+from rltrainer.errors import ConfigError, RLTrainerError
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+TRAIN_EXAMPLES = """\
+examples:
+  rltrainer train --algo PPO --env CartPole-v1
+  rltrainer train --algo PPO --env CartPole-v1 --stop '{"episode_return_mean": 475}' \\
+      --config '{"lr": 0.0003, "num_env_runners": 2}' --checkpoint-freq 10 --checkpoint-at-end
+  rltrainer train file tuned_examples/ppo_cartpole.yaml --stop '{"training_iteration": 5}'
+
+--config keys are the algorithm config's fields (RLlib names such as num_workers or lambda
+work too). --stop ends training after the first iteration where ANY key reaches its value;
+keys are result keys such as training_iteration, timesteps_total, episode_return_mean
+(alias episode_reward_mean) or evaluation/episode_return_mean. Without --stop (and no stop
+in the file), training stops at {"training_iteration": 100}.
+"""
+
+FILE_EXAMPLES = """\
+The file holds one experiment, as in RLlib's tuned examples:
+
+  cartpole-ppo:            # the experiment name (results folder)
+    env: CartPole-v1
+    run: PPO               # or algo: PPO
+    stop: {episode_return_mean: 475, timesteps_total: 150000}
+    config: {lr: 0.0003, num_epochs: 20}
+
+Command-line flags override the file: --stop replaces its stop, --config is merged over
+its config, --algo/--env/--name replace run/env/name.
+
+example:
+  rltrainer train file tuned_examples/ppo_cartpole.yaml --stop '{"training_iteration": 10}'
+"""
+
+EVALUATE_EXAMPLES = """\
+examples:
+  rltrainer evaluate ~/rltrainer_results/PPO_CartPole-v1/<trial>/checkpoint_000100
+  rltrainer evaluate CHECKPOINT --episodes 3 --video videos/
+  rltrainer evaluate CHECKPOINT --steps 2000 --explore
+  rltrainer evaluate CHECKPOINT --env my_pkg.envs:HarderCartPole --config '{"env_config": {"level": 3}}'
+
+Actions are greedy unless --explore is given or the checkpoint's evaluation_config sets
+explore. Prints each episode's return and length, then the mean return.
+"""
+
+FILE_SHAPE = "one experiment: NAME: {env: ..., run: ALGO, stop: {...}, config: {...}}"
+EXPERIMENT_KEYS = ("env", "run", "algo", "stop", "config")
+
+
+class UsageError(RLTrainerError):
+    """Bad command-line input: malformed JSON or YAML, a wrong file shape, a missing flag."""
+
+
+# --- argument parsing -------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rltrainer",
+        description="Train RL algorithms and evaluate their checkpoints (RLlib-style).",
+        epilog="Run 'rltrainer train --help' or 'rltrainer evaluate --help' for details.",
+    )
+    parser.add_argument("--version", action="version", version=f"rltrainer {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate}")
+
+    train = commands.add_parser(
+        "train",
+        usage="rltrainer train --algo ALGO --env ENV [options]\n       rltrainer train file PATH [options]",
+        help="train an algorithm on an env",
+        description="Train an algorithm on an env, writing results and checkpoints.",
+        epilog=TRAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_train_options(train)
+    train_from = train.add_subparsers(dest="train_source", title="or train from a file", metavar="file PATH")
+    train_file = train_from.add_parser(
+        "file",
+        prog="rltrainer train file",
+        help="train the experiment in a YAML file (RLlib tuned-example format)",
+        description="Train the experiment in a YAML file (RLlib's tuned-example format).",
+        epilog=FILE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train_file.add_argument("path", help="the YAML experiment file")
+    _add_train_options(train_file)
+    train.set_defaults(handler=_train)
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="roll out a checkpoint's policy and report episode returns",
+        description="Roll out a checkpoint's policy in one env and report episode returns.",
+        epilog=EVALUATE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    evaluate.add_argument("checkpoint", help="a checkpoint directory (checkpoint_000010/)")
+    evaluate.add_argument("--env", help="evaluate on this env instead (same observation/action spaces)")
+    duration = evaluate.add_mutually_exclusive_group()
+    duration.add_argument("--episodes", metavar="N", type=_positive_int, help="episodes to run (default: 10)")
+    duration.add_argument(
+        "--steps",
+        metavar="N",
+        type=_positive_int,
+        help="env steps to run; reports the episodes that finished",
+    )
+    evaluate.add_argument(
+        "--explore",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sample actions instead of taking the most likely one "
+        "(default: the checkpoint's evaluation_config explore, else off)",
+    )
+    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR/episode_000.mp4, ...")
+    evaluate.add_argument(
+        "--config", metavar="JSON", help="config overrides for the restored algorithm, e.g. env_config"
+    )
+    evaluate.set_defaults(handler=_evaluate)
+    return parser
+
+
+def _add_train_options(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS defaults: `train --stop X file f.yaml` and `train file f.yaml --stop X` both
+    # work, because the nested `file` parser never overwrites a value with its default.
+    add = parser.add_argument
+    nothing = argparse.SUPPRESS
+    add("--algo", "--run", dest="algo", default=nothing, help="algorithm name, e.g. PPO")
+    add("--env", default=nothing, help="gymnasium id, registered name, or 'package.module:Class'")
+    add("--config", metavar="JSON", default=nothing, help="JSON dict of config settings")
+    add(
+        "--stop",
+        metavar="JSON",
+        default=nothing,
+        help='JSON dict of stop criteria (default: {"training_iteration": 100})',
+    )
+    add(
+        "--checkpoint-freq",
+        metavar="N",
+        type=_non_negative_int,
+        default=nothing,
+        help="checkpoint every N iterations",
+    )
+    add("--checkpoint-at-end", action="store_true", default=nothing, help="checkpoint when training stops")
+    add("--storage-path", metavar="DIR", default=nothing, help="results root (default: ~/rltrainer_results)")
+    add("--name", default=nothing, help="experiment name: the results folder under the storage path")
+    add("-v", "--verbose", action="count", default=nothing, help="-v: INFO logs, -vv: DEBUG logs")
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _json_dict(flag: str, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(
+            f"{flag} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno} (got {text!r})"
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object like '{{\"key\": 1}}', got {text!r}")
+    return value
+
+
+# --- train --------------------------------------------------------------------------------
+
+
+def _train(args: argparse.Namespace) -> int:
+    from rltrainer.experiment import INTERRUPTED, resolve_stop, run_experiment
+
+    config, stop, stop_is_default = _train_setup(args)
+    stop = resolve_stop(stop, config.algo_class)
+    criteria = " or ".join(f"{key} >= {value}" for key, value in stop.items()) or "never (Ctrl-C ends it)"
+    intro = f"training {config.algo_class.__name__} on {config.env_name}; stopping when {criteria}"
+    intro += " (the default; set --stop)" if stop_is_default else ""
+    reporter = ProgressReporter(sys.stdout, tty=sys.stdout.isatty(), intro=intro)
+    result = run_experiment(config, stop, reporter=reporter)
+    if result.stopped_by == INTERRUPTED:
+        print(f"rltrainer: interrupted after {result.iterations} iteration(s)", file=sys.stderr, flush=True)
+    _print_summary(result, stop)
+    return EXIT_INTERRUPTED if result.stopped_by == INTERRUPTED else 0
+
+
+def _print_summary(result: Any, stop: dict[str, float]) -> None:
+    from rltrainer.experiment import INTERRUPTED
+    from rltrainer.results import flatten
+
+    if result.stopped_by != INTERRUPTED:
+        reached = flatten(result.last_result)[result.stopped_by]
+        reached = f"{reached:.2f}" if isinstance(reached, float) else reached
+        print(f"stopped: {result.stopped_by} reached {reached} (>= {stop[result.stopped_by]})")
+    print(f"results: {result.trial_dir}")
+    if result.checkpoint_path is not None:
+        print(f"checkpoint: {result.checkpoint_path}")
+        print(f"evaluate it with: rltrainer evaluate {shlex.quote(result.checkpoint_path)}")
+    else:
+        print("no checkpoint saved (use --checkpoint-at-end or --checkpoint-freq N)")
+    sys.stdout.flush()
+
+
+def _train_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any], bool]:
+    """The config (file < --config < flags) and the stop dict; whether the stop is the default."""
+    from rltrainer.algorithms.registry import get_algorithm_class
+    from rltrainer.experiment import DEFAULT_STOP
+
+    options = vars(args)
+    path = options.get("path")
+    name, spec = read_experiment_file(path) if path is not None else (None, {})
+    algo = options.get("algo") or spec.get("run") or spec.get("algo")
+    if not algo:
+        raise _missing("algorithm", "--algo PPO", "run", path)
+    config = get_algorithm_class(algo).config_class()
+    for source, values in (
+        (f"{path} ({name}.config)", spec.get("config")),
+        ("--config", _json_dict("--config", options["config"]) if "config" in options else None),
+    ):
+        if values:
+            try:
+                config.update_from_dict(values)
+            except ConfigError as err:
+                raise ConfigError(f"in {source}: {err}") from None
+    env = options.get("env") or spec.get("env")
+    if env:
+        config.environment(env)
+    if config.env is None:
+        raise _missing("env", "--env CartPole-v1", "env", path)
+    flags = {  # the file's experiment name names the results folder unless its config does
+        "storage_path": options.get("storage_path"),
+        "experiment_name": options.get("name") or (name if not config.experiment_name else None),
+        "checkpoint_frequency": options.get("checkpoint_freq"),
+        "checkpoint_at_end": options.get("checkpoint_at_end"),
+    }
+    config.update_from_dict({key: value for key, value in flags.items() if value is not None})
+    _configure_logging(config, options.get("verbose", 0))
+    if "stop" in options:
+        return config, _json_dict("--stop", options["stop"]), False
+    if "stop" in spec:
+        return config, spec["stop"], False
+    return config, dict(DEFAULT_STOP), True
+
+
+def _missing(what: str, example: str, file_key: str, path: str | None) -> UsageError:
+    in_file = f" or set {file_key}: in {path}" if path is not None else ""
+    return UsageError(f"no {what} given: pass {example.split()[0]} (e.g. {example}){in_file}")
+
+
+def read_experiment_file(path: str) -> tuple[str, dict[str, Any]]:
+    """``(name, {env, run, stop, config})`` from an RLlib tuned-example YAML file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise UsageError(f"cannot read experiment file {path!r}: {err.strerror}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise UsageError(f"{path}: invalid YAML{where}: {problem}") from None
+    if not isinstance(document, dict) or len(document) != 1:
+        raise UsageError(f"{path}: expected {FILE_SHAPE}; got {_yaml_kind(document)}")
+    ((name, spec),) = document.items()
+    if not isinstance(spec, dict):
+        raise UsageError(f"{path}: expected {FILE_SHAPE}; {name!r} holds {_yaml_kind(spec)}")
+    unknown = sorted(set(spec) - set(EXPERIMENT_KEYS))
+    if unknown:
+        raise UsageError(f"{path}: unknown key(s) {unknown} in {name!r}; expected {FILE_SHAPE}")
+    for key in ("stop", "config"):
+        if key in spec and not isinstance(spec[key], dict):
+            raise UsageError(f"{path}: {name}.{key} must be a mapping; expected {FILE_SHAPE}")
+    return str(name), spec
+
+
+def _yaml_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"{len(value)} top-level keys"
+    kinds = {type(None): "nothing", list: "a list", str: "a string", bool: "a boolean"}
+    return kinds.get(type(value), "a number")
+
+
+def _configure_logging(config: Any, verbosity: int) -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbosity:
+        config.debugging(log_level="DEBUG" if verbosity > 1 else "INFO")
+    else:  # the config's level (from --config or the file) still applies
+        config.debugging(log_level=config.log_level)
+
+
+class ProgressReporter:
+    """One line per iteration: an aligned table on a terminal, ``key=value`` lines otherwise."""
+
+    COLUMNS = (  # header, result key, format, table width
+        ("iter", "training_iteration", "{:.0f}", 6),
+        ("timesteps", "timesteps_total", "{:.0f}", 11),
+        ("return", "episode_return_mean", "{:.2f}", 10),
+        ("steps/s", "num_env_steps_sampled_per_s", "{:.0f}", 9),
+        ("time s", "time_total_s", "{:.1f}", 9),
+    )
+
+    def __init__(self, out: IO[str], tty: bool, intro: str = "") -> None:
+        self.out = out
+        self.tty = tty
+        self.intro = intro
+        self._header_done = False
+
+    def on_start(self, trial_dir: Path) -> None:
+        if self.intro:
+            print(self.intro, file=self.out)
+        print(f"trial directory: {trial_dir}", file=self.out, flush=True)
+
+    def on_result(self, result: dict[str, Any]) -> None:
+        cells = [fmt.format(result.get(key, float("nan"))) for _, key, fmt, _ in self.COLUMNS]
+        if not self.tty:
+            line = " ".join(
+                f"{header.replace(' ', '_')}={cell}"
+                for (header, *_), cell in zip(self.COLUMNS, cells, strict=True)
+            )
+        else:
+            if not self._header_done:
+                print(" ".join(h.rjust(w) for h, _, _, w in self.COLUMNS), file=self.out)
+                self._header_done = True
+            line = " ".join(cell.rjust(w) for (*_, w), cell in zip(self.COLUMNS, cells, strict=True))
+        print(line, file=self.out, flush=True)
+
+
+# --- evaluate ---------------------------------------------------------------------------
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from rltrainer.evaluation import evaluate, load_checkpoint
+
+    overrides = _json_dict("--config", args.config) if args.config is not None else None
+    _check_not_trial_dir(args.checkpoint)
+    if args.video is not None:  # frames are drawn off-screen; keeps SDL from probing for a display
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    algo = load_checkpoint(args.checkpoint, env=args.env, config_overrides=overrides)
+    try:
+        cfg = algo.config
+        print(
+            f"checkpoint: {args.checkpoint} ({type(algo).__name__}, iteration "
+            f"{algo.counters.training_iteration}, {algo.counters.timesteps_total} env steps)",
+            flush=True,
+        )
+        result = evaluate(
+            algo,
+            episodes=args.episodes,
+            steps=args.steps,
+            explore=args.explore,
+            video_dir=args.video,
+            on_episode=lambda e: print(_episode_line(e), flush=True),
+        )
+    finally:
+        algo.stop()
+    finished = result.finished
+    if args.steps is not None and not finished:
+        print(f"no episode of {cfg.env_name} finished within {args.steps} steps; raise --steps")
+    episodes = "episode" if len(finished) == 1 else "episodes"
+    print(f"mean return over {len(finished)} {episodes}: {result.mean_return:.2f}")
+    return 0
+
+
+def _check_not_trial_dir(path: str) -> None:
+    """A results folder instead of a checkpoint: name the checkpoints inside it."""
+    from rltrainer.checkpoints import METADATA_FILE
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir() or (folder / METADATA_FILE).is_file():
+        return
+    inside = sorted(str(p.parent) for p in folder.glob(f"*/{METADATA_FILE}"))
+    if inside:
+        raise UsageError(f"{path!r} is a results folder, not a checkpoint; newest checkpoint: {inside[-1]}")
+
+
+def _episode_line(episode: Any) -> str:
+    status = "" if episode.finished else " (unfinished: out of steps)"
+    video = f" video={episode.video_path}" if episode.video_path is not None else ""
+    return (
+        f"episode {episode.index + 1}: return={episode.episode_return:.2f} "
+        f"length={episode.length}{status}{video}"
+    )
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``rltrainer`` command; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, or a usage error argparse reported
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    try:
+        return args.handler(args)
+    except RLTrainerError as err:
+        print(f"rltrainer: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("rltrainer: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

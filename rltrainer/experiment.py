@@ -1,0 +1,149 @@
+"""Running one experiment: train until a stop criterion is met, checkpointing on the way.
+
+This is what ``rltrainer train`` runs, and what a driver started by the Kubernetes operator
+calls: it takes a built config and a stop dict, and knows nothing about the command line.
+
+Stop criteria follow Tune's dict form: ``{"training_iteration": 100, "episode_return_mean":
+475}`` stops after the first result where ANY key reaches (``>=``) its threshold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Protocol
+
+from rltrainer.algorithms.algorithm import Algorithm
+from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+from rltrainer.errors import ConfigError
+from rltrainer.results import flatten
+
+logger = logging.getLogger(__name__)
+
+#: What ``rltrainer train`` stops at when no stop criteria are given.
+DEFAULT_STOP: dict[str, float] = {"training_iteration": 100}
+
+#: ``ExperimentResult.stopped_by`` when training ended by Ctrl-C (KeyboardInterrupt).
+INTERRUPTED = "interrupted"
+
+
+class Reporter(Protocol):
+    """Receives progress: where results go, then every iteration's result."""
+
+    def on_start(self, trial_dir: Path) -> None: ...
+
+    def on_result(self, result: dict[str, Any]) -> None: ...
+
+
+@dataclasses.dataclass
+class ExperimentResult:
+    """How an experiment ended."""
+
+    last_result: dict[str, Any] | None
+    """The last result ``train()`` returned (``None`` if interrupted before the first)."""
+    iterations: int
+    """Training iterations completed (one more than ``last_result``'s if Ctrl-C hit just after)."""
+    checkpoint_path: str | None
+    """The newest checkpoint written (by ``checkpoint_frequency`` or ``checkpoint_at_end``)."""
+    trial_dir: Path
+    """``<storage_path>/<experiment_name>/<trial_id>``: params.json, result.json, progress.csv, ..."""
+    stopped_by: str
+    """The stop key that was reached, or ``INTERRUPTED``."""
+
+
+def canonical_stop_key(key: str) -> str:
+    """RLlib's spellings -> ours: ``env_runners/episode_reward_mean`` -> ``episode_return_mean``."""
+    return key.replace("env_runners/", "").replace("episode_reward_", "episode_return_")
+
+
+def resolve_stop(stop: dict[str, Any], algo_class: type[Algorithm]) -> dict[str, float]:
+    """Validate stop criteria against ``algo_class.result_keys()``; returns them with our key names."""
+    if not isinstance(stop, dict):
+        raise ConfigError(
+            f'stop criteria must be a dict like {{"training_iteration": 100}}, got {type(stop).__name__}'
+        )
+    allowed = algo_class.result_keys()
+    resolved: dict[str, float] = {}
+    for key, value in stop.items():
+        name = canonical_stop_key(str(key))
+        if name not in allowed:
+            raise ConfigError(f"unknown stop key {key!r}; allowed: {', '.join(allowed)}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            raise ConfigError(f"stop value for {key!r} must be a number, got {value!r}")
+        resolved[name] = value
+    return resolved
+
+
+def reached_stop(result: dict[str, Any], stop: dict[str, float]) -> str | None:
+    """The first stop key whose threshold ``result`` reached, else ``None`` (NaN never reaches)."""
+    flat = flatten(result)
+    for key, threshold in stop.items():
+        value = flat.get(key)
+        if isinstance(value, numbers.Real) and value >= threshold:
+            return key
+    return None
+
+
+def run_experiment(
+    config: AlgorithmConfig, stop: dict[str, Any], reporter: Reporter | None = None
+) -> ExperimentResult:
+    """Build the algorithm, train until ``stop`` (or Ctrl-C), save if ``checkpoint_at_end``.
+
+    ``checkpoint_frequency`` checkpoints are written by ``Algorithm.train()``. A Ctrl-C
+    (``KeyboardInterrupt``) during training ends the run like a stop criterion, with
+    ``stopped_by == INTERRUPTED``; a second one during the final save propagates.
+    Raises ``RLTrainerError`` subclasses for bad stop keys, configs or envs.
+    """
+    algo_class = config.algo_class or Algorithm
+    criteria = resolve_stop(stop, algo_class)
+    evaluated = [key for key in criteria if key.startswith("evaluation/")]
+    if evaluated and not config.evaluation_interval:
+        raise ConfigError(
+            f"stop key {evaluated[0]!r} needs evaluation results: set evaluation_interval (e.g. 1)"
+        )
+    algo = config.build()
+    logger.info("built %s on %s; stopping at %s", type(algo).__name__, config.env_name, criteria)
+    last_result: dict[str, Any] | None = None
+    checkpoint_path: str | None = None
+    checkpointed_iteration = 0
+    stopped_by: str | None = None
+    try:
+        if reporter is not None:
+            reporter.on_start(algo.trial_dir)
+        try:
+            while stopped_by is None:
+                last_result = algo.train()
+                logger.debug("result of iteration %d: %s", last_result["training_iteration"], last_result)
+                if "checkpoint_path" in last_result:
+                    checkpoint_path = last_result["checkpoint_path"]
+                    checkpointed_iteration = last_result["training_iteration"]
+                    logger.info("saved checkpoint %s", checkpoint_path)
+                if reporter is not None:
+                    reporter.on_result(last_result)
+                stopped_by = reached_stop(last_result, criteria)
+        except KeyboardInterrupt:
+            stopped_by = INTERRUPTED
+            logger.info("interrupted after %d iteration(s)", algo.counters.training_iteration)
+        # The counters, not last_result: Ctrl-C may land after an iteration ended, before train() returned.
+        iterations = algo.counters.training_iteration
+        if config.checkpoint_at_end and iterations > checkpointed_iteration:
+            checkpoint_path = algo.save()
+            logger.info("saved checkpoint %s at the end", checkpoint_path)
+        return ExperimentResult(last_result, iterations, checkpoint_path, algo.trial_dir, stopped_by)
+    finally:
+        algo.stop()
+
+
+__all__ = [
+    "DEFAULT_STOP",
+    "INTERRUPTED",
+    "ExperimentResult",
+    "Reporter",
+    "canonical_stop_key",
+    "reached_stop",
+    "resolve_stop",
+    "run_experiment",
+]
