@@ -1,8 +1,9 @@
 """``Algorithm``: the training loop, evaluation, checkpoints and inference every algorithm shares.
 
 Subclasses set ``config_class`` and ``learner_class`` and implement one hook,
-``training_step()``: sample, update, sync weights. The base class owns ``train()`` (repeating the hook to the configured iteration length, collecting
-metrics, evaluating, logging and checkpointing).
+``training_step()``: sample, update, sync weights. The base class owns ``train()``
+(repeating the hook to the configured iteration length, collecting metrics, evaluating,
+logging and checkpointing).
 """
 
 from __future__ import annotations
