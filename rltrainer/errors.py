@@ -20,3 +20,11 @@ class EnvError(RLTrainerError):
 
 class CheckpointError(RLTrainerError):
     """A checkpoint that is missing, corrupted, or of an unknown format."""
+
+
+class ResourceError(RLTrainerError):
+    """The cluster cannot provide the resources an algorithm asks for."""
+
+
+class WorkerError(RuntimeError):
+    """A remote env runner or learner died or did not answer in time."""

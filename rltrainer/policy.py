@@ -13,6 +13,11 @@ from rltrainer.core.models import ActorCritic
 from rltrainer.env.preprocessors import Preprocessor
 
 
+def as_tensor(value: Any) -> torch.Tensor:
+    """A tensor from a tensor or array; arrays are copied (Ray's object store hands out read-only ones)."""
+    return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value))
+
+
 class Policy:
     """Computes actions from flat observations; holds the torch ``model`` and ``dist_class``.
 
@@ -45,6 +50,7 @@ class Policy:
         self.rng = np.random.default_rng(seed)
         # CPU inference runs in numpy on views of the parameters (see NumpyMLP).
         self._numpy_policy = self.model.numpy_policy()
+        self._first_param = next(self.model.parameters())  # its device tells where the model is
 
     # --- inference -------------------------------------------------------------------
     def compute(self, flat_obs: np.ndarray, explore: bool) -> dict[str, np.ndarray]:
@@ -54,7 +60,7 @@ class Policy:
         ``env_actions`` (rescaled/clipped for the env), ``action_logp`` and
         ``action_dist_inputs``, all numpy.
         """
-        if next(self.model.parameters()).device.type == "cpu":
+        if self._first_param.is_cpu:
             dist_inputs = self._numpy_policy(flat_obs)
             actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
         else:
@@ -89,8 +95,7 @@ class Policy:
 
     def set_weights(self, weights: dict[str, Any]) -> None:
         """Load parameters given as numpy arrays or tensors, by name."""
-        state = {k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()}
-        self.model.load_state_dict(state)
+        self.model.load_state_dict({k: as_tensor(v) for k, v in weights.items()})
 
     @staticmethod
     def _action_rescaler(space: spaces.Space, config: Any):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -94,3 +95,15 @@ class NotAnEnv:
 
     def __init__(self, config: dict | None = None) -> None:
         self.config = config
+
+
+class SlowEnv(FixedLengthEnv):
+    """Sleeps ``delay_s`` per step (to exercise sample timeouts)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.delay_s = float((config or {}).get("delay_s", 0.1))
+
+    def step(self, action):
+        time.sleep(self.delay_s)
+        return super().step(action)

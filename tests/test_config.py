@@ -68,6 +68,7 @@ VALID_VALUES = {
     "num_cpus_per_learner": 2,
     "custom_resources_per_learner": {"learner": 1.0},
     "placement_strategy": "SPREAD",
+    "placement_timeout_s": 5.0,
 }
 
 SECTION_KEYS = [(section, key) for section, keys in PPOConfig.SECTIONS.items() for key in keys]

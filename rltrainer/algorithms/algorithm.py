@@ -15,6 +15,7 @@ import secrets
 import time
 from collections import deque
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +24,7 @@ import torch
 
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
+from rltrainer.core.cluster import algorithm_bundles, init_ray, needs_ray, release, reserve
 from rltrainer.core.learner import Learner
 from rltrainer.core.learner_group import LearnerGroup
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
@@ -68,16 +70,27 @@ class Algorithm:
             random.seed(config.seed)
             np.random.seed(config.seed)
             torch.manual_seed(config.seed)
-        self.env_runner_group = EnvRunnerGroup(config)
-        self.workers = self.env_runner_group  # RLlib's older name
-        local = self.env_runner_group.local_worker()
-        self.observation_space = local.observation_space
-        self.action_space = local.action_space
-        # The learner trains its own copy of the network; runners get its weights after each update.
-        trained = Policy(self.observation_space, self.action_space, config)
-        self.learner_group = LearnerGroup(
-            self.learner_class(trained.model, trained.dist_class, config, device=self._learner_device())
-        )
+        # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.
+        self._placement = None
+        if needs_ray(config):
+            init_ray(config)
+            self._placement = reserve(config)
+        try:
+            self.env_runner_group = EnvRunnerGroup(config, self._placement)
+            self.workers = self.env_runner_group  # RLlib's older name
+            local = self.env_runner_group.local_worker()
+            self.observation_space = local.observation_space
+            self.action_space = local.action_space
+            # The learner trains its own copy of the network; runners get its weights after each update.
+            factory = partial(
+                make_learner, type(self).learner_class, self.observation_space, self.action_space, config
+            )
+            self.learner_group = LearnerGroup(factory, config, self._placement, self._learner_device())
+        except BaseException:
+            if hasattr(self, "env_runner_group"):
+                self.env_runner_group.stop()
+            release(self._placement)
+            raise
         self.env_runner_group.sync_weights(self.learner_group.get_weights())
         self.counters = Counters()
         self._episodes: deque[EpisodeStats] = deque(maxlen=config.metrics_num_episodes_for_smoothing)
@@ -250,7 +263,7 @@ class Algorithm:
         """Write a checkpoint (default: ``<trial_dir>/checkpoint_<iteration>``); returns its path."""
         if checkpoint_dir is None:
             checkpoint_dir = str(self.trial_dir / f"checkpoint_{self.counters.training_iteration:06d}")
-        learner = self.learner_group.local_learner
+        state = self.learner_group.get_state()
         metadata = {
             "algorithm": type(self).__name__,
             "config": self.config.to_dict(),
@@ -261,17 +274,14 @@ class Algorithm:
                 "episode_returns": [e.episode_return for e in self._episodes],
                 "episode_lens": [e.episode_len for e in self._episodes],
             },
-            "learner": learner.get_extra_state(),
+            "learner": state["extra"],
             "observation_filter": self.config.observation_filter,
             "created_at": datetime.now().astimezone().isoformat(timespec="seconds"),
         }
         return write_checkpoint(
             checkpoint_dir,
             metadata,
-            tensors={
-                "policy.safetensors": learner.get_weights(),
-                "optimizer.safetensors": learner.get_optimizer_state(),
-            },
+            tensors={"policy.safetensors": state["weights"], "optimizer.safetensors": state["optimizer"]},
             arrays={"filter.npz": self.env_runner_group.local_worker().get_filter_state()},
         )
 
@@ -338,13 +348,15 @@ class Algorithm:
                 f"checkpoint {str(checkpoint.path)!r} holds a different network than this config builds "
                 f"(model={self.config.model.model_dump()}); restore with the checkpoint's model settings"
             )
-        optimizer_state = checkpoint.tensors("optimizer.safetensors")
-        learner.set_weights(weights)
-        learner.set_optimizer_state(optimizer_state)
-        learner.set_extra_state(meta["learner"])
-        self.env_runner_group.sync_weights(learner.get_weights())
+        state = {
+            "weights": weights,
+            "optimizer": checkpoint.tensors("optimizer.safetensors"),
+            "extra": meta["learner"],
+        }
         filter_state = checkpoint.arrays("filter.npz")
-        self.env_runner_group.foreach_worker(lambda runner: runner.set_filter_state(filter_state))
+        self.learner_group.set_state(state)
+        self.env_runner_group.sync_weights(self.learner_group.get_weights())
+        self.env_runner_group.set_filter_state(filter_state)
         self.counters = Counters(**meta["counters"])
         curve = meta.get("learning_curve", {})
         self._episodes.clear()
@@ -372,8 +384,11 @@ class Algorithm:
         self._result_logger.log(result)
 
     def stop(self) -> None:
-        """Release envs, actors and open files."""
+        """Release envs, actors, the placement group and open files."""
         self.env_runner_group.stop()
+        self.learner_group.stop()
+        release(self._placement)
+        self._placement = None
         if self._eval_runner is not None:
             self._eval_runner.stop()
         if self._result_logger is not None:
@@ -386,8 +401,30 @@ class Algorithm:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @classmethod
+    def default_resource_request(cls, config: AlgorithmConfig | dict) -> Any:
+        """The placement group Tune should reserve for this algorithm: driver, learner and
+        env-runner bundles (``.bundles``), with the config's strategy."""
+        from ray.tune import PlacementGroupFactory
+
+        if isinstance(config, dict):
+            config = cls.config_class.from_dict(config)
+        return PlacementGroupFactory(algorithm_bundles(config), strategy=config.placement_strategy)
+
     def _learner_device(self) -> str:
         return "cuda" if self.config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
+
+
+def make_learner(
+    learner_class: type[Learner],
+    observation_space: Any,
+    action_space: Any,
+    config: AlgorithmConfig,
+    device: str,
+) -> Learner:
+    """A learner with a freshly initialized network (shipped to learner actors by Ray)."""
+    policy = Policy(observation_space, action_space, config)
+    return learner_class(policy.model, policy.dist_class, config, device=device)
 
 
 def episode_metrics(episodes: Any) -> dict[str, float]:

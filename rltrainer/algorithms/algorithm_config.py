@@ -128,6 +128,7 @@ class AlgorithmConfig(BaseModel):
             "num_cpus_per_learner",
             "custom_resources_per_learner",
             "placement_strategy",
+            "placement_timeout_s",
         ),
     }
 
@@ -234,6 +235,8 @@ class AlgorithmConfig(BaseModel):
     """Custom Ray resources each learner requires (ties them to learner nodes)."""
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     """Strategy of the algorithm's placement group."""
+    placement_timeout_s: float = Field(60.0, gt=0)
+    """How long to wait for the cluster to place all bundles before failing."""
 
     framework_str: Literal["torch"] = "torch"
     """Only torch is supported; ``.framework("torch")`` is accepted for compatibility."""

@@ -35,14 +35,14 @@ class Categorical:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(actions, logp)`` from numpy logits (the env runners' inference path)."""
         shifted = inputs - inputs.max(axis=-1, keepdims=True)
-        logp_all = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        cdf = np.exp(shifted).cumsum(axis=-1)  # unnormalized; the last column is the partition sum
+        total = cdf[:, -1]
         if explore:  # inverse-CDF sampling
-            cdf = np.exp(logp_all).cumsum(axis=-1)
-            u = rng.random((inputs.shape[0], 1), dtype=np.float32) * cdf[:, -1:]
-            actions = np.minimum((cdf < u).sum(axis=-1), inputs.shape[-1] - 1)
+            u = rng.random(inputs.shape[0], dtype=np.float32) * total
+            actions = np.minimum((cdf < u[:, None]).sum(axis=-1), inputs.shape[-1] - 1)
         else:
-            actions = logp_all.argmax(axis=-1)
-        return actions, np.take_along_axis(logp_all, actions[:, None], axis=-1)[:, 0]
+            actions = shifted.argmax(axis=-1)
+        return actions, shifted[np.arange(inputs.shape[0]), actions] - np.log(total)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self.logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from rltrainer.core.optim import Adam
+from rltrainer.policy import as_tensor
 from rltrainer.utils.schedules import PiecewiseSchedule
 
 ADAM_EPS = 1e-5  # SB3's and CleanRL's Adam epsilon for on-policy training.
@@ -26,13 +27,49 @@ class Learner:
         self.config = config
         self.device = torch.device(device)
         self.module = module.to(self.device)
+        # What the loss calls: the module itself, or its DistributedDataParallel wrapper.
+        self.train_module: nn.Module = self.module
+        self.world_size = 1  # learners sharing each update (see setup_data_parallel)
         self.dist_class = dist_class
         self.lr_schedule = PiecewiseSchedule(config.lr)
         self.optimizer = Adam(self.module.parameters(), lr=self.lr_schedule(0), eps=ADAM_EPS)
 
-    def update(self, batch: Any, timestep: int) -> dict[str, float]:
-        """One update on ``batch``; returns learner stats. Implemented by each algorithm."""
+    def update(self, rollouts: Any, timestep: int) -> dict[str, float]:
+        """Build a train batch from the env runners' rollouts and update on it."""
+        return self.update_from_batch(self.build_batch(rollouts), timestep)
+
+    def build_batch(self, rollouts: Any) -> Any:
+        """Rollouts -> a flat train batch (numpy). Implemented by each algorithm."""
         raise NotImplementedError
+
+    def update_from_batch(self, batch: Any, timestep: int) -> dict[str, float]:
+        """One update on a train batch; returns learner stats. Implemented by each algorithm."""
+        raise NotImplementedError
+
+    def setup_data_parallel(self, init_method: str, rank: int, world_size: int) -> None:
+        """Join the learners' process group; gradients are then averaged across learners (DDP).
+
+        gloo on CPU, nccl on CUDA. DDP broadcasts rank 0's parameters on construction, so
+        all learners start identical, and identical averaged gradients keep them identical.
+        """
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
+        device_ids = [self.device.index or 0] if self.device.type == "cuda" else None
+        self.train_module = DistributedDataParallel(self.module, device_ids=device_ids)
+        self.world_size = world_size
+
+    def mean_across_learners(self, values: torch.Tensor) -> torch.Tensor:
+        """The mean of ``values`` over all learners (itself when training alone)."""
+        if self.world_size == 1:
+            return values
+        import torch.distributed as dist
+
+        values = values.clone()
+        dist.all_reduce(values)
+        return values / self.world_size
 
     # --- shared pieces -----------------------------------------------------------------
     def set_lr_for(self, timestep: int) -> float:
@@ -55,14 +92,17 @@ class Learner:
         self.optimizer.step()
 
     def to_tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+        array = np.ascontiguousarray(array)
+        if not array.flags.writeable:  # e.g. from Ray's object store
+            array = array.copy()
+        return torch.from_numpy(array).to(self.device)
 
     # --- weights and state ----------------------------------------------------------------
     def get_weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
 
     def set_weights(self, weights: dict[str, Any]) -> None:
-        self.module.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+        self.module.load_state_dict({k: as_tensor(v) for k, v in weights.items()})
 
     def get_optimizer_state(self) -> dict[str, torch.Tensor]:
         """Optimizer state as flat tensors (stored with safetensors, no pickle)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from rltrainer.core.filters import make_filter
 from rltrainer.env.env_context import EnvContext
-from rltrainer.env.registry import make_vector_env
+from rltrainer.env.registry import make_vector_env, register_env
 from rltrainer.errors import EnvError
 from rltrainer.policy import Policy
 
@@ -63,10 +63,15 @@ class EnvRunner:
         config: Any,
         worker_index: int = 0,
         num_workers: int = 0,
+        remote: bool = False,
+        env_creators: dict[str, Any] | None = None,
     ) -> None:
+        # register_env() is per process: remote runners receive the driver's creators.
+        for name, creator in (env_creators or {}).items():
+            register_env(name, creator)
         self.config = config
         self.worker_index = worker_index
-        ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=worker_index > 0)
+        ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
         self.env = make_vector_env(config.env, ctx, config.num_envs_per_env_runner)
         self.num_envs = self.env.num_envs
         self.observation_space = config.observation_space or self.env.single_observation_space
@@ -122,6 +127,11 @@ class EnvRunner:
         self.pop_episodes()
         return episodes, steps
 
+    def sample_with_filter_delta(self) -> tuple[Rollout, list[EpisodeStats], dict[str, np.ndarray]]:
+        """``sample()`` plus the observation statistics gathered meanwhile (for remote runners)."""
+        rollout, episodes = self.sample()
+        return rollout, episodes, self.filter.pop_delta()
+
     def pop_episodes(self) -> list[EpisodeStats]:
         episodes, self._episodes = self._episodes, []
         return episodes
@@ -175,9 +185,13 @@ class EnvRunner:
         return flat, out, rewards, terminateds, truncateds, valid
 
     def _track_episodes(self, rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray) -> None:
-        self._ep_return += np.where(valid, rewards, 0.0)
+        self._ep_return += rewards * valid
         self._ep_len += valid
-        ended = np.flatnonzero(dones & valid)
+        ended_mask = dones & valid
+        if not ended_mask.any():  # the common case: skip the per-episode work
+            self._finished = []
+            return
+        ended = np.flatnonzero(ended_mask)
         self._finished = [(i, EpisodeStats(float(self._ep_return[i]), int(self._ep_len[i]))) for i in ended]
         self._episodes.extend(episode for _, episode in self._finished)
         self._ep_return[ended] = 0.0
@@ -203,6 +217,10 @@ class EnvRunner:
 
     def set_filter_state(self, state: dict[str, np.ndarray]) -> None:
         self.filter.set_state(state)
+
+    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(self, *args)``: how ``foreach_worker`` reaches remote runners."""
+        return fn(self, *args)
 
     def foreach_env(self, fn: Callable[[gym.Env], Any]) -> list[Any]:
         """``fn`` applied to each sub-env (or to the batched env when it is one object)."""

@@ -37,6 +37,11 @@ def registered_envs() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def registered_creators() -> dict[str, EnvCreator]:
+    """Every ``register_env`` entry of this process (shipped to remote env runners)."""
+    return dict(_REGISTRY)
+
+
 def resolve_creator(env: Any) -> EnvCreator:
     """Turn an env spec into a creator taking an ``EnvContext``; raises ``EnvError``."""
     if isinstance(env, type):

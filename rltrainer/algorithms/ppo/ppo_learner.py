@@ -42,16 +42,16 @@ class PPOLearner(Learner):
         super().__init__(*args, **kwargs)
         self.kl_coeff = self.config.kl_coeff
 
-    def update(self, rollouts: list[Rollout], timestep: int) -> dict[str, float]:
+    def update_from_batch(self, batch: PPOBatch, timestep: int) -> dict[str, float]:
         cfg = self.config
         lr = self.set_lr_for(timestep)
-        batch = self.build_batch(rollouts)
         data = PPOBatch(*(self.to_tensor(column) for column in batch))
         advantages = data.advantages
         # Advantage normalization over the whole batch (RLlib; SB3 does it per minibatch).
         data = data._replace(advantages=(advantages - advantages.mean()) / (advantages.std() + 1e-8))
         size = data.obs.shape[0]
-        minibatch = min(cfg.minibatch_size, size)
+        # minibatch_size is per synchronized step: each of the learners takes its share.
+        minibatch = min(max(1, cfg.minibatch_size // self.world_size), size)
         stats: list[torch.Tensor] = []
         for epoch in range(cfg.num_epochs):
             # Diagnostics cost as much as the loss itself, so only the last epoch reports them.
@@ -63,7 +63,7 @@ class PPOLearner(Learner):
                 self.apply_gradients(loss)
                 if last_epoch:
                     stats.append(mb_stats)
-        mean = torch.stack(stats).mean(0).tolist()
+        mean = self.mean_across_learners(torch.stack(stats).mean(0)).tolist()
         result = dict(
             zip(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), mean, strict=True)
         )
@@ -109,7 +109,7 @@ class PPOLearner(Learner):
     def compute_loss(self, mb: PPOBatch, with_stats: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The PPO objective on one minibatch, in the paper's notation; optionally its diagnostics."""
         cfg = self.config
-        dist_inputs, values = self.module(mb.obs)
+        dist_inputs, values = self.train_module(mb.obs)
         dist = self.dist_class(dist_inputs)
         logratio = dist.log_prob(mb.actions) - mb.action_logp
         ratio = logratio.exp()

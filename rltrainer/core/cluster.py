@@ -1,0 +1,163 @@
+"""Ray connection and the algorithm's placement group.
+
+An algorithm reserves ONE placement group: bundle 0 for the driver, then one bundle per
+learner, then one per env runner, each actor pinned to its bundle. Learner bundles carry
+``custom_resources_per_learner`` and env-runner bundles ``custom_resources_per_env_runner``,
+so on a cluster whose learner nodes advertise e.g. ``{"rltrainer_learner": 1}`` and rollout
+nodes ``{"rltrainer_rollout": 4}`` every actor lands on the right kind of node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from rltrainer.errors import ConfigError, ResourceError
+
+logger = logging.getLogger(__name__)
+
+Bundle = dict[str, float]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A reserved placement group and which bundle each actor uses."""
+
+    group: Any  # ray.util.placement_group.PlacementGroup
+    num_learners: int
+
+    def learner_bundle(self, index: int) -> int:
+        return 1 + index
+
+    def env_runner_bundle(self, index: int) -> int:
+        return 1 + self.num_learners + index
+
+    def scheduling(self, bundle_index: int) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.group,
+            placement_group_bundle_index=bundle_index,
+            placement_group_capture_child_tasks=True,
+        )
+
+
+def learner_bundle(config: Any) -> Bundle:
+    return _bundle(
+        "learner",
+        config.num_cpus_per_learner,
+        config.num_gpus_per_learner,
+        config.custom_resources_per_learner,
+    )
+
+
+def env_runner_bundle(config: Any) -> Bundle:
+    return _bundle(
+        "env runner",
+        config.num_cpus_per_env_runner,
+        config.num_gpus_per_env_runner,
+        config.custom_resources_per_env_runner,
+    )
+
+
+def algorithm_bundles(config: Any) -> list[Bundle]:
+    """Driver bundle, then ``num_learners`` learner bundles, then ``num_env_runners`` env-runner ones."""
+    driver: Bundle = {"CPU": float(config.num_cpus_for_main_process)}
+    if config.num_learners == 0 and config.num_gpus > 0:
+        driver["GPU"] = float(config.num_gpus)
+    return (
+        [driver]
+        + [learner_bundle(config) for _ in range(config.num_learners)]
+        + [env_runner_bundle(config) for _ in range(config.num_env_runners)]
+    )
+
+
+def needs_ray(config: Any) -> bool:
+    """Only remote env runners or learners need Ray; everything else runs in this process."""
+    return config.num_env_runners > 0 or config.num_learners > 0
+
+
+def init_ray(config: Any) -> None:
+    """Connect to Ray unless connected: ``RAY_ADDRESS`` if set, else a local instance.
+
+    A local instance gets at least as many CPUs as the placement group asks for, so a
+    laptop can run e.g. 4 env runners on 2 cores (oversubscribed, as RLlib's examples do).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=True)
+        return
+    cpus = sum(bundle.get("CPU", 0.0) for bundle in algorithm_bundles(config))
+    gpus = sum(bundle.get("GPU", 0.0) for bundle in algorithm_bundles(config))
+    custom: Bundle = {}
+    for bundle in algorithm_bundles(config):
+        for key, value in bundle.items():
+            if key not in ("CPU", "GPU"):
+                custom[key] = custom.get(key, 0.0) + value
+    ray.init(
+        num_cpus=max(os.cpu_count() or 1, int(-(-cpus // 1))),
+        num_gpus=int(-(-gpus // 1)) if gpus else None,
+        resources=custom or None,
+        include_dashboard=False,
+        log_to_driver=True,
+    )
+    logger.info("started a local Ray instance for %s", algorithm_bundles(config))
+
+
+def reserve(config: Any) -> Placement:
+    """Reserve the algorithm's placement group, or fail saying what was asked and what exists."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    bundles = algorithm_bundles(config)
+    group = placement_group(bundles, strategy=config.placement_strategy)
+    try:
+        ray.get(group.ready(), timeout=config.placement_timeout_s)
+    except GetTimeoutError:
+        remove_placement_group(group)
+        raise ResourceError(
+            f"the cluster cannot place this algorithm within placement_timeout_s="
+            f"{config.placement_timeout_s}: requested {len(bundles)} bundles {bundles} with strategy "
+            f"{config.placement_strategy}; the cluster has {_describe(ray.cluster_resources())} in total "
+            f"and {_describe(ray.available_resources())} available"
+        ) from None
+    return Placement(group=group, num_learners=config.num_learners)
+
+
+def release(placement: Placement | None) -> None:
+    if placement is None:
+        return
+    import ray
+    from ray.util.placement_group import remove_placement_group
+
+    if ray.is_initialized():
+        remove_placement_group(placement.group)
+
+
+def _bundle(kind: str, cpus: float, gpus: float, custom: dict[str, float]) -> Bundle:
+    bundle: Bundle = {}
+    if cpus:
+        bundle["CPU"] = float(cpus)
+    if gpus:
+        bundle["GPU"] = float(gpus)
+    bundle.update({key: float(value) for key, value in custom.items() if value})
+    if not bundle:
+        raise ConfigError(
+            f"each {kind} must request some resource: set num_cpus_per_{kind.replace(' ', '_')} > 0"
+        )
+    return bundle
+
+
+def _describe(resources: dict[str, float]) -> str:
+    shown = {
+        k: round(v, 3)
+        for k, v in sorted(resources.items())
+        if not k.startswith(("node:", "memory", "object_store"))
+    }
+    return str(shown)

@@ -1,0 +1,236 @@
+"""Distributed execution on a real local multi-node Ray cluster.
+
+Three raylets on this machine: a head node, a "learner" node advertising
+``rltrainer_learner`` and a "rollout" node advertising ``rltrainer_rollout``, the
+convention the operator's KubeRay worker groups follow.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+import torch
+import yaml
+from ray.cluster_utils import Cluster
+
+from rltrainer.algorithms import Algorithm
+from rltrainer.algorithms.ppo import PPO, PPOConfig
+from rltrainer.env import register_env
+from rltrainer.errors import ResourceError, WorkerError
+
+ROOT = Path(__file__).resolve().parent.parent
+LEARNER = {"rltrainer_learner": 1}
+ROLLOUT = {"rltrainer_rollout": 1}
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """Head (1 CPU); learner node (2 CPUs, 2 rltrainer_learner); rollout node (2 CPUs, 4 rltrainer_rollout)."""
+    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    learner_node = local.add_node(num_cpus=2, resources={"rltrainer_learner": 2})
+    rollout_node = local.add_node(num_cpus=2, resources={"rltrainer_rollout": 4})
+    local.wait_for_nodes()
+    # Actors import test helpers (tests.envs) by module path.
+    ray.init(address=local.address, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    yield {"learner": learner_node.node_id, "rollout": rollout_node.node_id}
+    ray.shutdown()
+    local.shutdown()
+
+
+def tuned_config(tmp_path: Path) -> PPOConfig:
+    spec = yaml.safe_load((ROOT / "tuned_examples" / "ppo_cartpole.yaml").read_text())["cartpole-ppo"]
+    config = PPOConfig().environment(spec["env"]).update_from_dict(spec["config"])
+    return config.reporting(storage_path=str(tmp_path)).debugging(seed=0)
+
+
+def node_of_current_process(*_args) -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def train_until(algo: Algorithm, target: float, max_iterations: int) -> float:
+    best = float("-inf")
+    for _ in range(max_iterations):
+        result = algo.train()
+        best = max(best, result["episode_return_mean"])
+        if best >= target:
+            break
+    return best
+
+
+def test_default_resource_request_lists_every_bundle():
+    config = (
+        PPOConfig()
+        .resources(
+            num_learners=2,
+            num_gpus_per_learner=0.5,
+            custom_resources_per_learner=LEARNER,
+            custom_resources_per_env_runner=ROLLOUT,
+            placement_strategy="SPREAD",
+        )
+        .env_runners(num_env_runners=3)
+    )
+    request = PPO.default_resource_request(config)
+    assert request.bundles == [
+        {"CPU": 1.0},
+        {"CPU": 1.0, "GPU": 0.5, "rltrainer_learner": 1.0},
+        {"CPU": 1.0, "GPU": 0.5, "rltrainer_learner": 1.0},
+        {"CPU": 1.0, "rltrainer_rollout": 1.0},
+        {"CPU": 1.0, "rltrainer_rollout": 1.0},
+        {"CPU": 1.0, "rltrainer_rollout": 1.0},
+    ]
+    assert request.strategy == "SPREAD"
+
+
+def test_actors_and_bundles_land_on_their_nodes(cluster, tmp_path):
+    config = (
+        tuned_config(tmp_path)
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+        .resources(
+            num_learners=1, custom_resources_per_learner=LEARNER, custom_resources_per_env_runner=ROLLOUT
+        )
+    )
+    algo = config.build()
+    try:
+        table = ray.util.placement_group_table(algo._placement.group)
+        bundle_nodes = [table["bundles_to_node_id"][i] for i in range(4)]
+        assert bundle_nodes[1] == cluster["learner"]
+        assert bundle_nodes[2:] == [cluster["rollout"]] * 2
+        assert (
+            algo.workers.foreach_worker(node_of_current_process, local_worker=False)
+            == [cluster["rollout"]] * 2
+        )
+        assert algo.learner_group.foreach_learner(node_of_current_process) == [cluster["learner"]]
+        assert algo.train()["timesteps_total"] > 0
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_ppo_with_two_env_runners_learns_cartpole(tmp_path):
+    config = tuned_config(tmp_path).env_runners(num_env_runners=2, num_envs_per_env_runner=4)
+    config.resources(custom_resources_per_env_runner=ROLLOUT)
+    algo = config.build()
+    try:
+        assert train_until(algo, target=200, max_iterations=200) >= 200
+        # One value per worker: the local runner and both actors.
+        assert algo.workers.foreach_worker_with_index(lambda w, i: (w.worker_index, i)) == [
+            (0, 0),
+            (1, 1),
+            (2, 2),
+        ]
+        assert [len(envs) for envs in algo.workers.foreach_env(lambda env: env.num_envs)] == [1, 1, 1]
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_two_ddp_learners_stay_identical_and_learn(tmp_path):
+    config = tuned_config(tmp_path).resources(num_learners=2, custom_resources_per_learner=LEARNER)
+    algo = config.build()
+    try:
+        assert train_until(algo, target=100, max_iterations=150) >= 100
+        weights = algo.learner_group.foreach_learner(lambda learner: learner.get_weights())
+        assert len(weights) == 2
+        mirror = algo.learner_group.get_weights()
+        for name, tensor in weights[0].items():
+            assert torch.equal(tensor, weights[1][name]), name
+            assert torch.equal(tensor, mirror[name]), name
+        policy = algo.get_policy().get_weights()
+        np.testing.assert_array_equal(policy["pi.0.weight"], weights[0]["pi.0.weight"].numpy())
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_checkpoint_round_trip_with_remote_learner(tmp_path):
+    config = tuned_config(tmp_path).resources(num_learners=1, custom_resources_per_learner=LEARNER)
+    algo = config.build()
+    try:
+        algo.train()
+        path = algo.save(str(tmp_path / "checkpoint"))
+        obs = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
+        expected = algo.compute_single_action(obs, explore=False)
+    finally:
+        algo.stop()
+    restored = Algorithm.from_checkpoint(path)  # the config brings num_learners=1 back
+    try:
+        assert restored.counters.training_iteration == 1
+        assert restored.compute_single_action(obs, explore=False) == expected
+        assert restored.learner_group.foreach_learner(lambda lrn: int(lrn.optimizer.step_count))[0] > 0
+    finally:
+        restored.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_unsatisfiable_placement_fails_fast_with_what_was_asked(tmp_path):
+    config = (
+        tuned_config(tmp_path)
+        .env_runners(num_env_runners=1)
+        .resources(custom_resources_per_env_runner={"rltrainer_gpu_node": 1}, placement_timeout_s=2)
+    )
+    started = time.monotonic()
+    with pytest.raises(
+        ResourceError, match=r"requested 2 bundles .*rltrainer_gpu_node.*the cluster has .*rltrainer_rollout"
+    ):
+        config.build()
+    assert time.monotonic() - started < 15
+    assert all(pg["state"] != "CREATED" for pg in ray.util.placement_group_table().values())
+
+
+@pytest.mark.usefixtures("cluster")
+def test_registered_env_reaches_remote_runners(tmp_path):
+    register_env(
+        "remote_short_cartpole",
+        lambda ctx: __import__("gymnasium").make("CartPole-v1", max_episode_steps=ctx["steps"]),
+    )
+    config = (
+        tuned_config(tmp_path)
+        .environment("remote_short_cartpole", env_config={"steps": 20})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
+        .resources(custom_resources_per_env_runner=ROLLOUT)
+    )
+    algo = config.build()
+    try:
+        assert algo.train()["episode_len_mean"] <= 20
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_dead_env_runner_gives_a_clear_error(tmp_path):
+    config = (
+        tuned_config(tmp_path)
+        .env_runners(num_env_runners=2)
+        .resources(custom_resources_per_env_runner=ROLLOUT)
+    )
+    algo = config.build()
+    try:
+        ray.kill(algo.workers.remote_workers[1])
+        with pytest.raises(WorkerError, match=r"env runner\(s\) \[2\] died"):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_slow_env_runner_times_out_instead_of_hanging(tmp_path):
+    config = (
+        tuned_config(tmp_path)
+        .environment("tests.envs:SlowEnv", env_config={"delay_s": 0.5})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=1, sample_timeout_s=1.0)
+        .resources(custom_resources_per_env_runner=ROLLOUT)
+    )
+    algo = config.build()
+    try:
+        started = time.monotonic()
+        with pytest.raises(
+            WorkerError, match=r"env runner\(s\) \[1\] did not finish sample within sample_timeout_s=1.0"
+        ):
+            algo.train()
+        assert time.monotonic() - started < 10
+    finally:
+        algo.stop()
