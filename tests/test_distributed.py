@@ -29,7 +29,7 @@ ROLLOUT = {"rltrainer_rollout": 1}
 
 @pytest.fixture(scope="session")
 def cluster():
-    """Head (1 CPU); learner node (2 CPUs, 2 rltrainer_learner); rollout node (2 CPUs, 4 rltrainer_rollout)."""
+    """Head: 1 CPU; learner node (2 CPUs, 2 rltrainer_learner); rollout node (2 CPUs, 4 rltrainer_rollout)."""
     local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     learner_node = local.add_node(num_cpus=2, resources={"rltrainer_learner": 2})
     rollout_node = local.add_node(num_cpus=2, resources={"rltrainer_rollout": 4})
