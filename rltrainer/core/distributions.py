@@ -6,6 +6,7 @@ argument validation and object overhead on the inference hot path.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -37,12 +38,11 @@ class Categorical:
         shifted = inputs - inputs.max(axis=-1, keepdims=True)
         cdf = np.exp(shifted).cumsum(axis=-1)  # unnormalized; the last column is the partition sum
         total = cdf[:, -1]
-        if explore:  # inverse-CDF sampling
-            u = rng.random(inputs.shape[0], dtype=np.float32) * total
-            actions = np.minimum((cdf < u[:, None]).sum(axis=-1), inputs.shape[-1] - 1)
+        if explore:  # inverse-CDF sampling; u < total <= cdf[-1] keeps actions in range
+            actions = (cdf < (rng.random(len(inputs), dtype=np.float32) * total)[:, None]).sum(axis=-1)
         else:
             actions = shifted.argmax(axis=-1)
-        return actions, shifted[np.arange(inputs.shape[0]), actions] - np.log(total)
+        return actions, shifted[_rows(len(inputs)), actions] - np.log(total)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self.logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -96,6 +96,12 @@ class DiagGaussian:
         var_ratio = (self.std / other.std).pow(2)
         mean_term = ((self.mean - other.mean) / other.std).pow(2)
         return 0.5 * (var_ratio + mean_term - 1.0 - var_ratio.log()).sum(-1)
+
+
+@functools.cache
+def _rows(size: int) -> np.ndarray:
+    """``arange(size)`` for fancy indexing one element per row, built once per batch size."""
+    return np.arange(size)
 
 
 def dist_class_for(space: spaces.Space) -> type[Categorical] | type[DiagGaussian]:

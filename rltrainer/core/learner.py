@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rltrainer.core.optim import Adam
+from rltrainer.core.optim import Adam, FlatParameters
 from rltrainer.policy import as_tensor
 from rltrainer.utils.schedules import PiecewiseSchedule
 
@@ -32,7 +32,8 @@ class Learner:
         self.world_size = 1  # learners sharing each update (see setup_data_parallel)
         self.dist_class = dist_class
         self.lr_schedule = PiecewiseSchedule(config.lr)
-        self.optimizer = Adam(self.module.parameters(), lr=self.lr_schedule(0), eps=ADAM_EPS)
+        self.flat_params = FlatParameters(self.module)
+        self.optimizer = Adam(self.flat_params, lr=self.lr_schedule(0), eps=ADAM_EPS)
 
     def update(self, rollouts: Any, timestep: int) -> dict[str, float]:
         """Build a train batch from the env runners' rollouts and update on it."""
@@ -77,18 +78,10 @@ class Learner:
         return self.optimizer.lr
 
     def apply_gradients(self, loss: torch.Tensor) -> None:
-        self.optimizer.zero_grad()
+        self.flat_params.zero_grad()
         loss.backward()
-        clip, params = self.config.grad_clip, self.module.parameters()
-        if clip is not None:
-            if self.config.grad_clip_by == "global_norm":
-                nn.utils.clip_grad_norm_(params, clip, foreach=True)
-            elif self.config.grad_clip_by == "norm":
-                for p in params:
-                    if p.grad is not None:
-                        nn.utils.clip_grad_norm_([p], clip)
-            else:
-                nn.utils.clip_grad_value_(params, clip, foreach=True)
+        if self.config.grad_clip is not None:
+            self.flat_params.clip_grad(self.config.grad_clip, self.config.grad_clip_by)
         self.optimizer.step()
 
     def to_tensor(self, array: np.ndarray) -> torch.Tensor:
@@ -99,7 +92,8 @@ class Learner:
 
     # --- weights and state ----------------------------------------------------------------
     def get_weights(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+        # Clones: the parameters are views into one flat buffer (see FlatParameters).
+        return {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()}
 
     def set_weights(self, weights: dict[str, Any]) -> None:
         self.module.load_state_dict({k: as_tensor(v) for k, v in weights.items()})
