@@ -36,8 +36,9 @@ class PPOConfig(AlgorithmConfig):
     """GAE lambda: 1 is Monte-Carlo advantages, 0 one-step TD."""
     clip_param: float = Field(0.3, gt=0)
     """PPO's surrogate clipping epsilon."""
-    vf_clip_param: float = Field(10.0, gt=0)
-    """Each squared value error is clipped at this (keep it near the scale of returns squared)."""
+    vf_clip_param: float | None = Field(10.0, gt=0)
+    """Each squared value error is clipped at this (RLlib's meaning: keep it above the squared
+    scale of returns, or ``None`` for no clipping)."""
     vf_loss_coeff: float = Field(1.0, ge=0)
     """Weight of the value loss."""
     entropy_coeff: float = Field(0.0, ge=0)

@@ -50,16 +50,24 @@ class PPOLearner(Learner):
         # Advantage normalization over the whole batch (RLlib; SB3 does it per minibatch).
         data = data._replace(advantages=(advantages - advantages.mean()) / (advantages.std() + 1e-8))
         size = data.obs.shape[0]
-        # minibatch_size is per synchronized step: each of the learners takes its share.
-        minibatch = min(max(1, cfg.minibatch_size // self.world_size), size)
+        # minibatch_size is per synchronized step: each of the learners takes its share. A
+        # minibatch as large as the train batch means full-batch steps over whatever was sampled.
+        full_batch = cfg.minibatch_size >= cfg.train_batch_size
+        minibatch = size if full_batch else min(max(1, cfg.minibatch_size // self.world_size), size)
         stats: list[torch.Tensor] = []
         for epoch in range(cfg.num_epochs):
             # Diagnostics cost as much as the loss itself, so only the last epoch reports them.
             last_epoch = epoch == cfg.num_epochs - 1
-            order = torch.randperm(size, device=self.device)
-            for start in range(0, size - minibatch + 1, minibatch):
-                index = order[start : start + minibatch]
-                loss, mb_stats = self.compute_loss(PPOBatch(*(column[index] for column in data)), last_epoch)
+            if minibatch == size:  # one full-batch step: order doesn't matter, skip the shuffle
+                minibatches = [data]
+            else:
+                order = torch.randperm(size, device=self.device)
+                minibatches = [
+                    PPOBatch(*(column[order[start : start + minibatch]] for column in data))
+                    for start in range(0, size - minibatch + 1, minibatch)
+                ]
+            for mb in minibatches:
+                loss, mb_stats = self.compute_loss(mb, last_epoch)
                 self.apply_gradients(loss)
                 if last_epoch:
                     stats.append(mb_stats)
@@ -114,13 +122,16 @@ class PPOLearner(Learner):
         logratio = dist.log_prob(mb.actions) - mb.action_logp
         ratio = logratio.exp()
 
-        # Clipped surrogate objective (PPO paper, eq. 7), as a loss to minimize.
-        pg_loss1 = -mb.advantages * ratio
-        pg_loss2 = -mb.advantages * torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param)
-        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+        # Clipped surrogate objective L^CLIP (PPO paper, eq. 7), negated into a loss.
+        surr1 = ratio * mb.advantages
+        surr2 = torch.clamp(ratio, 1 - cfg.clip_param, 1 + cfg.clip_param) * mb.advantages
+        pg_loss = -torch.min(surr1, surr2).mean()
 
-        # Value loss, each squared error clipped at vf_clip_param (RLlib's vf_clip_param).
-        vf_loss = torch.clamp((values - mb.value_targets).pow(2), max=cfg.vf_clip_param).mean()
+        # Value loss; RLlib's vf_clip_param clips each squared error (None: no clipping).
+        vf_loss = (values - mb.value_targets).pow(2)
+        if cfg.vf_clip_param is not None:
+            vf_loss = torch.clamp(vf_loss, max=cfg.vf_clip_param)
+        vf_loss = vf_loss.mean()
         loss = pg_loss + cfg.vf_loss_coeff * vf_loss
 
         if cfg.entropy_coeff > 0:
