@@ -2,6 +2,12 @@
 the same vector env stepped with random actions. BENCHMARKS.md, "Sampling throughput".
 
     python -m bench.sampling --envs 1,8,64
+    python -m bench.sampling --envs 8,64 --env-runners 0,1,2
+
+Each repeat measures our sampling and the ceiling back to back and the ratio is the median
+of those pairs, so the machine's drift (large on shared 2-core machines) cancels out.
+With ``--env-runners N`` (N >= 1) the figure is the group's parallel sampling rate as the
+driver sees it (rollouts shipped back through Ray), next to the single-process one.
 """
 
 from __future__ import annotations
@@ -33,52 +39,57 @@ def ceiling(env_id: str, num_envs: int, seconds: float) -> float:
     return rate
 
 
-def sampling(env_id: str, num_envs: int, seconds: float, hiddens: list[int]) -> float:
-    """Env steps/s of ``EnvRunner.sample()`` with the default PPO policy (batched inference)."""
-    with tempfile.TemporaryDirectory() as storage:
-        config = (
-            PPOConfig()
-            .environment(env_id)
-            .env_runners(num_envs_per_env_runner=num_envs, rollout_fragment_length=max(1, 2048 // num_envs))
-            .training(model={"fcnet_hiddens": hiddens}, train_batch_size=2048)
-            .reporting(storage_path=storage)
-        )
-        algo = config.build()
-        runner = algo.env_runner_group.local_worker()
-        runner.sample()  # warm up
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            runner.sample()
-            steps += runner.config.get_rollout_fragment_length() * num_envs  # every env.step slot
-        rate = steps / (time.perf_counter() - start)
-        algo.stop()
-    return rate
+def build(env_id: str, num_envs: int, env_runners: int, hiddens: list[int], storage: str):
+    fragment = max(1, 2048 // num_envs)
+    config = (
+        PPOConfig()
+        .environment(env_id)
+        .env_runners(num_env_runners=env_runners, num_envs_per_env_runner=num_envs, rollout_fragment_length=fragment)
+        .training(model={"fcnet_hiddens": hiddens}, train_batch_size=fragment * num_envs * max(1, env_runners))
+        .reporting(storage_path=storage)
+    )
+    return config.build()
+
+
+def sampling(algo, seconds: float) -> float:
+    """Env steps/s of the env runners' sampling, counting every env.step slot."""
+    group = algo.env_runner_group
+    group.sample(algo.config.train_batch_size)  # warm up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        rollouts, _ = group.sample(algo.config.train_batch_size)
+        steps += sum(rollout.valid.size for rollout in rollouts)
+    return steps / (time.perf_counter() - start)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--envs", default="1,8,64", help="comma-separated vector sizes")
-    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
-    parser.add_argument("--repeats", type=int, default=3, help="medians over this many measurements")
+    parser.add_argument("--envs", default="1,8,64", help="comma-separated vector sizes per env runner")
+    parser.add_argument("--env-runners", default="0", help="comma-separated num_env_runners values")
+    parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
+    parser.add_argument("--repeats", type=int, default=5, help="medians over this many measurements")
     parser.add_argument("--hiddens", default="64,64", help="policy MLP hidden sizes")
     args = parser.parse_args()
     hiddens = [int(h) for h in args.hiddens.split(",")]
     print(f"{args.env}, policy MLP {hiddens}, medians of {args.repeats} x {args.seconds:.0f} s")
-    print(f"{'envs':>6} {'sampling steps/s':>18} {'ceiling steps/s':>17} {'ratio':>7}")
+    print(f"{'runners':>7} {'envs':>5} {'sampling steps/s':>17} {'ceiling steps/s':>16} {'ratio':>7}")
     figures: dict[str, dict[str, float]] = {}
-    for num_envs in (int(n) for n in args.envs.split(",")):
-        ours = median([sampling(args.env, num_envs, args.seconds, hiddens) for _ in range(args.repeats)])
-        top = median([ceiling(args.env, num_envs, args.seconds) for _ in range(args.repeats)])
-        figures[str(num_envs)] = {
-            "steps_per_s": round(ours),
-            "ceiling_steps_per_s": round(top),
-            "ratio": round(ours / top, 3),
-        }
-        print(f"{num_envs:>6} {ours:>18,.0f} {top:>17,.0f} {ours / top:>7.1%}")
-    print_json_line({"env": args.env, "gym_version": gym.__version__, "sampling": figures})
+    with tempfile.TemporaryDirectory() as storage:
+        for env_runners in (int(r) for r in args.env_runners.split(",")):
+            for num_envs in (int(n) for n in args.envs.split(",")):
+                algo = build(args.env, num_envs, env_runners, hiddens, storage)
+                pairs = [(sampling(algo, args.seconds), ceiling(args.env, num_envs, args.seconds))
+                         for _ in range(args.repeats)]
+                algo.stop()
+                ours, top = median([p[0] for p in pairs]), median([p[1] for p in pairs])
+                ratio = median([p[0] / p[1] for p in pairs])
+                figures[f"{env_runners}x{num_envs}"] = {
+                    "env_runners": env_runners, "envs_per_runner": num_envs, "steps_per_s": round(ours),
+                    "ceiling_steps_per_s": round(top), "ratio": round(ratio, 3),
+                }
+                print(f"{env_runners:>7} {num_envs:>5} {ours:>17,.0f} {top:>16,.0f} {ratio:>7.1%}")
+    print_json_line({"env": args.env, "gym_version": gym.__version__, "hiddens": hiddens, "sampling": figures})
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("--algo", default="PPO")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--config", default="{}", help="JSON overrides of the tuned example's config")
     parser.add_argument("--target", type=float, help="default: BENCHMARKS.md's target for the env")
     parser.add_argument("--budget", type=int, help="env steps; default: BENCHMARKS.md's budget")
@@ -40,7 +41,7 @@ def main() -> None:
     print(f"{args.algo} on {args.env}: target {target}, budget {budget} steps, config from {path.name}")
 
     runs = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         command = [
             sys.executable,
             "-m",

@@ -22,7 +22,7 @@ from typing import IO, Any
 import yaml
 
 from rltrainer import __version__
-from rltrainer.errors import ConfigError, RLTrainerError
+from rltrainer.errors import ConfigError, RLTrainerError, WorkerError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
@@ -432,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     except RLTrainerError as err:
         print(f"rltrainer: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkerError as err:  # a remote env runner or learner died or hung: not a usage error
+        print(f"rltrainer: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("rltrainer: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
