@@ -44,8 +44,12 @@ def build(env_id: str, num_envs: int, env_runners: int, hiddens: list[int], stor
     config = (
         PPOConfig()
         .environment(env_id)
-        .env_runners(num_env_runners=env_runners, num_envs_per_env_runner=num_envs, rollout_fragment_length=fragment)
-        .training(model={"fcnet_hiddens": hiddens}, train_batch_size=fragment * num_envs * max(1, env_runners))
+        .env_runners(
+            num_env_runners=env_runners, num_envs_per_env_runner=num_envs, rollout_fragment_length=fragment
+        )
+        .training(
+            model={"fcnet_hiddens": hiddens}, train_batch_size=fragment * num_envs * max(1, env_runners)
+        )
         .reporting(storage_path=storage)
     )
     return config.build()
@@ -63,7 +67,9 @@ def sampling(algo, seconds: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--envs", default="1,8,64", help="comma-separated vector sizes per env runner")
     parser.add_argument("--env-runners", default="0", help="comma-separated num_env_runners values")
@@ -79,17 +85,24 @@ def main() -> None:
         for env_runners in (int(r) for r in args.env_runners.split(",")):
             for num_envs in (int(n) for n in args.envs.split(",")):
                 algo = build(args.env, num_envs, env_runners, hiddens, storage)
-                pairs = [(sampling(algo, args.seconds), ceiling(args.env, num_envs, args.seconds))
-                         for _ in range(args.repeats)]
+                pairs = [
+                    (sampling(algo, args.seconds), ceiling(args.env, num_envs, args.seconds))
+                    for _ in range(args.repeats)
+                ]
                 algo.stop()
                 ours, top = median([p[0] for p in pairs]), median([p[1] for p in pairs])
                 ratio = median([p[0] / p[1] for p in pairs])
                 figures[f"{env_runners}x{num_envs}"] = {
-                    "env_runners": env_runners, "envs_per_runner": num_envs, "steps_per_s": round(ours),
-                    "ceiling_steps_per_s": round(top), "ratio": round(ratio, 3),
+                    "env_runners": env_runners,
+                    "envs_per_runner": num_envs,
+                    "steps_per_s": round(ours),
+                    "ceiling_steps_per_s": round(top),
+                    "ratio": round(ratio, 3),
                 }
                 print(f"{env_runners:>7} {num_envs:>5} {ours:>17,.0f} {top:>16,.0f} {ratio:>7.1%}")
-    print_json_line({"env": args.env, "gym_version": gym.__version__, "hiddens": hiddens, "sampling": figures})
+    print_json_line(
+        {"env": args.env, "gym_version": gym.__version__, "hiddens": hiddens, "sampling": figures}
+    )
 
 
 if __name__ == "__main__":

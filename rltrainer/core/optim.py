@@ -57,8 +57,9 @@ class FlatParameters:
 class Adam:
     """Adam (Kingma & Ba 2015) with bias correction, as in ``torch.optim.Adam``, on flat buffers."""
 
-    def __init__(self, flat: FlatParameters, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+    def __init__(
+        self, flat: FlatParameters, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8
+    ) -> None:
         self.flat = flat
         self.lr, self.betas, self.eps = lr, betas, eps
         self.step_count = 0
