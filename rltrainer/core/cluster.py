@@ -100,6 +100,7 @@ def init_ray(config: Any) -> None:
             if key not in ("CPU", "GPU"):
                 custom[key] = custom.get(key, 0.0) + value
     ray.init(
+        address="local",  # a new instance: without it Ray would attach to any cluster on this machine
         num_cpus=max(os.cpu_count() or 1, int(-(-cpus // 1))),
         num_gpus=int(-(-gpus // 1)) if gpus else None,
         resources=custom or None,
