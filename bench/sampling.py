@@ -90,6 +90,10 @@ def main() -> None:
                     for _ in range(args.repeats)
                 ]
                 algo.stop()
+                if env_runners:  # the next size may need a larger local Ray instance
+                    import ray
+
+                    ray.shutdown()
                 ours, top = median([p[0] for p in pairs]), median([p[1] for p in pairs])
                 ratio = median([p[0] / p[1] for p in pairs])
                 figures[f"{env_runners}x{num_envs}"] = {
