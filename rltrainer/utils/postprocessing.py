@@ -35,3 +35,45 @@ def compute_gae(
         running = deltas[t] + carry[t] * running
         advantages[t] = running
     return advantages.astype(np.float32), (advantages + values).astype(np.float32)
+
+
+def compute_n_step_returns(
+    rewards: np.ndarray,
+    terminateds: np.ndarray,
+    truncateds: np.ndarray,
+    valid: np.ndarray,
+    n_step: int,
+    gamma: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Discounted n-step reward sums for ``T`` steps of ``N`` envs (next-step autoreset).
+
+    For each step t the window holds steps ``t, t + 1, ..., t + k - 1`` and
+    ``returns[t] = sum_j gamma**j * rewards[t + j]``. The window stops early (``k < n_step``)
+    after a step that ended its episode (terminated or truncated), before an invalid step,
+    and at the end of the fragment, so an invalid (reset) step is never part of a window.
+    The state to bootstrap from is the observation after step ``t + k - 1``; with next-step
+    autoreset that is ``obs[t + k]`` (``last_obs`` when ``t + k == T``), also for a truncated
+    episode, whose final observation it is.
+
+    Returns ``(returns, steps)``: ``[T, N]`` float32 sums and ``[T, N]`` int64 window
+    lengths ``k`` (0 where ``valid[t]`` is False).
+    """
+    if n_step < 1:
+        raise ValueError(f"n_step must be >= 1, got {n_step}")
+    horizon = rewards.shape[0]
+    valid = np.asarray(valid, dtype=bool)
+    dones = np.asarray(terminateds, dtype=bool) | np.asarray(truncateds, dtype=bool)
+    returns = np.zeros(rewards.shape, dtype=np.float64)
+    steps = np.zeros(rewards.shape, dtype=np.int64)
+    active = valid.copy()  # active[t]: step t + j is in the window of step t
+    for j in range(min(n_step, horizon)):  # a loop over the window; vectorized over time and envs
+        rows = horizon - j
+        window = active[:rows]
+        returns[:rows] += np.where(window, gamma**j * rewards[j:], 0.0)
+        steps[:rows] += window
+        # The window of t goes on to step t + j + 1 if step t + j did not end the episode
+        # and step t + j + 1 exists in this fragment and is valid.
+        grows = window[: rows - 1] & ~dones[j : horizon - 1] & valid[j + 1 :]
+        active = np.zeros_like(active)
+        active[: rows - 1] = grows
+    return returns.astype(np.float32), steps

@@ -1,0 +1,304 @@
+"""Replay buffers for off-policy algorithms: fixed-capacity numpy storage, vectorized sampling.
+
+``transitions_from_rollout`` turns an env runner's ``[T, N]`` rollout into flat n-step
+transitions; ``ReplayBuffer`` stores them in preallocated circular arrays and samples
+uniformly; ``PrioritizedReplayBuffer`` samples proportionally to priorities kept in a
+sum-tree (Schaul et al. 2016, "Prioritized Experience Replay"). The TD target for a sample
+is ``rewards + discounts * (1 - terminateds) * V(next_obs)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from rltrainer.utils.postprocessing import compute_n_step_returns
+
+
+class Transitions(NamedTuple):
+    """A flat batch of ``B`` n-step transitions, as stored in a replay buffer."""
+
+    obs: np.ndarray  # [B, *obs_shape] the observation the action was taken in
+    actions: np.ndarray  # [B, *action_shape]
+    rewards: np.ndarray  # [B] float32, sum_j gamma**j r_{t+j} over the k steps used
+    next_obs: np.ndarray  # [B, *obs_shape] the observation after those k steps
+    terminateds: np.ndarray  # [B] float32, 1.0 where the k-th step ended the episode terminally
+    discounts: np.ndarray  # [B] float32, gamma**k
+
+
+class ReplayBatch(NamedTuple):
+    """A sampled batch: the target is ``rewards + discounts * (1 - terminateds) * V(next_obs)``."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray  # float32
+    next_obs: np.ndarray
+    terminateds: np.ndarray  # float32
+    discounts: np.ndarray  # float32, gamma**k for the k-step return used
+    weights: np.ndarray  # float32 importance weights (ones for uniform sampling)
+    indices: np.ndarray  # int64 buffer slots, for ``update_priorities``
+
+
+class RolloutLike(Protocol):
+    """What ``transitions_from_rollout`` reads (``rltrainer.env.env_runner.Rollout`` has it)."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminateds: np.ndarray
+    truncateds: np.ndarray
+    valid: np.ndarray
+    last_obs: np.ndarray
+
+
+def transitions_from_rollout(rollout: RolloutLike, n_step: int, gamma: float) -> Transitions:
+    """Every valid step of a ``[T, N]`` rollout as one n-step transition (time-major order).
+
+    A window stops at an episode end: after a termination nothing is bootstrapped
+    (``terminateds=1``); after a truncation it bootstraps from the truncated episode's final
+    observation. A window that would run past the end of the fragment is cut to the
+    ``k < n_step`` steps available, with ``discounts = gamma**k`` and ``next_obs`` the
+    observation after the last available step (``last_obs`` for the final step). So nothing
+    is carried between fragments and no transition is dropped. Invalid (reset) steps neither
+    become transitions nor enter a window.
+    """
+    returns, steps = compute_n_step_returns(
+        rollout.rewards, rollout.terminateds, rollout.truncateds, rollout.valid, n_step, gamma
+    )
+    t_idx, env_idx = np.nonzero(np.asarray(rollout.valid, dtype=bool))
+    k = steps[t_idx, env_idx]
+    all_obs = np.concatenate([rollout.obs, rollout.last_obs[None]], axis=0)  # all_obs[t + 1]: after step t
+    terminateds = np.asarray(rollout.terminateds, dtype=bool)[t_idx + k - 1, env_idx]
+    return Transitions(
+        obs=rollout.obs[t_idx, env_idx],
+        actions=rollout.actions[t_idx, env_idx],
+        rewards=returns[t_idx, env_idx],
+        next_obs=all_obs[t_idx + k, env_idx],
+        terminateds=terminateds.astype(np.float32),
+        discounts=(gamma ** k.astype(np.float64)).astype(np.float32),
+    )
+
+
+class ReplayBuffer:
+    """Uniform replay over ``capacity`` preallocated slots; the oldest are overwritten first.
+
+    ``obs`` and ``next_obs`` are stored separately (simple, at twice the observation memory).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any = np.float32,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: Any = np.int64,
+        seed: int | None = None,
+    ) -> None:
+        if int(capacity) < 1:
+            raise ValueError(f"replay buffer capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self._storage = Transitions(
+            obs=np.zeros((self.capacity, *obs_shape), dtype=obs_dtype),
+            actions=np.zeros((self.capacity, *action_shape), dtype=action_dtype),
+            rewards=np.zeros(self.capacity, dtype=np.float32),
+            next_obs=np.zeros((self.capacity, *obs_shape), dtype=obs_dtype),
+            terminateds=np.zeros(self.capacity, dtype=np.float32),
+            discounts=np.zeros(self.capacity, dtype=np.float32),
+        )
+        self._pos = 0  # the next slot to write
+        self._size = 0
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, transitions: Transitions) -> np.ndarray:
+        """Store a batch (at most two slice copies per column); returns the slots written."""
+        count = len(transitions.rewards)
+        if count > self.capacity:  # only the newest ``capacity`` would survive anyway
+            transitions = Transitions(*(column[-self.capacity :] for column in transitions))
+            count = self.capacity
+        first = min(count, self.capacity - self._pos)  # up to the end of the storage
+        for stored, new in zip(self._storage, transitions, strict=True):
+            stored[self._pos : self._pos + first] = new[:first]
+            stored[: count - first] = new[first:]
+        slots = (self._pos + np.arange(count)) % self.capacity
+        self._pos = (self._pos + count) % self.capacity
+        self._size = min(self._size + count, self.capacity)
+        return slots
+
+    def sample(self, batch_size: int) -> ReplayBatch:
+        """``batch_size`` slots drawn uniformly with replacement."""
+        self._check_can_sample(batch_size)
+        indices = self.rng.integers(0, self._size, size=batch_size, dtype=np.int64)
+        return self._batch(indices, np.ones(batch_size, dtype=np.float32))
+
+    def _check_can_sample(self, batch_size: int) -> None:
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+    def _batch(self, indices: np.ndarray, weights: np.ndarray) -> ReplayBatch:
+        return ReplayBatch(*(column[indices] for column in self._storage), weights=weights, indices=indices)
+
+    # --- state (numpy arrays and ints only, so it can be saved as npz without pickle) ------
+    def get_state(self) -> dict[str, Any]:
+        """The stored transitions (only the filled slots) and the write position."""
+        columns = self._storage._asdict().items()
+        state: dict[str, Any] = {name: column[: self._size].copy() for name, column in columns}
+        state.update(capacity=self.capacity, pos=self._pos, size=self._size)
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        capacity, size = int(state["capacity"]), int(state["size"])
+        if capacity != self.capacity:
+            raise ValueError(f"replay buffer state has capacity {capacity}, this buffer {self.capacity}")
+        for name, column in self._storage._asdict().items():
+            column[:size] = state[name]
+        self._pos, self._size = int(state["pos"]), size
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay (Schaul et al. 2016) over a numpy sum-tree.
+
+    ``P(i) = p_i / sum_k p_k`` with ``p_i = (|td_i| + eps) ** alpha``; importance weights are
+    ``(N * P(i)) ** -beta / max_j (N * P(j)) ** -beta``. New transitions get the largest
+    priority seen so far, so each is replayed at least once soon. ``beta`` may be changed
+    between samples (e.g. annealed towards 1).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any = np.float32,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: Any = np.int64,
+        seed: int | None = None,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__(capacity, obs_shape, obs_dtype, action_shape, action_dtype, seed)
+        if alpha < 0 or beta < 0 or eps <= 0:
+            raise ValueError(f"need alpha >= 0, beta >= 0 and eps > 0; got {alpha=}, {beta=}, {eps=}")
+        self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
+        # Complete binary trees in arrays: node i has children 2i and 2i+1, the root is 1 and
+        # slot s is leaf ``leaf_offset + s``. Empty leaves: 0 in the sum-tree, inf in the min-tree.
+        self._leaf_offset = 1 << max(self.capacity - 1, 0).bit_length()
+        self._depth = self._leaf_offset.bit_length() - 1
+        self._sum_tree = np.zeros(2 * self._leaf_offset, dtype=np.float64)
+        self._min_tree = np.full(2 * self._leaf_offset, np.inf, dtype=np.float64)
+        self._max_priority = 1.0  # |td| + eps, before the alpha exponent (RLlib's convention)
+
+    @property
+    def total_priority(self) -> float:
+        return float(self._sum_tree[1])
+
+    def priorities(self, indices: np.ndarray) -> np.ndarray:
+        """``p_i = (|td_i| + eps) ** alpha`` of the given slots."""
+        return self._sum_tree[self._leaf_offset + np.asarray(indices, dtype=np.int64)]
+
+    def add(self, transitions: Transitions) -> np.ndarray:
+        slots = super().add(transitions)
+        self._set_priorities(slots, np.full(len(slots), self._max_priority**self.alpha))
+        return slots
+
+    def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
+        """Set ``p_i = (|td_i| + eps) ** alpha`` for the sampled slots (last one wins on repeats)."""
+        raw = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.eps
+        self._max_priority = max(self._max_priority, float(raw.max(initial=0.0)))
+        self._set_priorities(np.asarray(indices, dtype=np.int64), raw**self.alpha)
+
+    def _set_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        nodes = self._leaf_offset + slots
+        self._sum_tree[nodes] = priorities
+        self._min_tree[nodes] = priorities
+        for _ in range(self._depth):  # recompute the parents level by level, vectorized over slots
+            nodes = np.unique(nodes // 2)
+            left, right = 2 * nodes, 2 * nodes + 1
+            self._sum_tree[nodes] = self._sum_tree[left] + self._sum_tree[right]
+            self._min_tree[nodes] = np.minimum(self._min_tree[left], self._min_tree[right])
+
+    def sample(self, batch_size: int) -> ReplayBatch:
+        """Stratified: one uniform draw in each of ``batch_size`` equal parts of the total priority."""
+        self._check_can_sample(batch_size)
+        total = self._sum_tree[1]
+        targets = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
+        nodes = np.ones(batch_size, dtype=np.int64)
+        for _ in range(self._depth):  # descend the tree for the whole batch at once
+            left = 2 * nodes
+            left_sum = self._sum_tree[left]
+            # Never enter an empty subtree, even where rounding puts a target at the edge.
+            go_right = (targets >= left_sum) & (self._sum_tree[left + 1] > 0)
+            targets = np.where(go_right, targets - left_sum, targets)
+            nodes = np.where(go_right, left + 1, left)
+        indices = nodes - self._leaf_offset
+        # (N P(i))^-beta / (N P_min)^-beta == (p_i / p_min)^-beta
+        weights = (self._sum_tree[nodes] / self._min_tree[1]) ** -self.beta
+        return self._batch(indices, weights.astype(np.float32))
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        state["priorities"] = self._sum_tree[self._leaf_offset : self._leaf_offset + self._size].copy()
+        state["max_priority"] = self._max_priority
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self._sum_tree[:] = 0.0
+        self._min_tree[:] = np.inf
+        self._set_priorities(np.arange(self._size), np.asarray(state["priorities"], dtype=np.float64))
+        self._max_priority = float(state["max_priority"])
+
+
+_BUFFER_TYPES: dict[str, type[ReplayBuffer]] = {
+    "ReplayBuffer": ReplayBuffer,
+    "PrioritizedReplayBuffer": PrioritizedReplayBuffer,
+    # RLlib's names for the same buffers (single-agent here).
+    "MultiAgentReplayBuffer": ReplayBuffer,
+    "MultiAgentPrioritizedReplayBuffer": PrioritizedReplayBuffer,
+    "EpisodeReplayBuffer": ReplayBuffer,
+    "PrioritizedEpisodeReplayBuffer": PrioritizedReplayBuffer,
+}
+_CONFIG_KEYS = ("type", "capacity", "alpha", "beta", "eps")
+
+
+def make_replay_buffer(
+    replay_buffer_config: dict[str, Any],
+    obs_shape: tuple[int, ...],
+    obs_dtype: Any = np.float32,
+    action_shape: tuple[int, ...] = (),
+    action_dtype: Any = np.int64,
+    seed: int | None = None,
+) -> ReplayBuffer:
+    """A buffer from an RLlib-style ``{"type": ..., "capacity": ..., "alpha": ..., "beta": ...}``.
+
+    ``type`` is one of ``_BUFFER_TYPES``' names or a ``ReplayBuffer`` subclass (default
+    ``"ReplayBuffer"``); ``capacity`` defaults to 50_000. ``alpha``, ``beta`` and ``eps``
+    configure a prioritized buffer and are ignored by a uniform one, so switching ``type``
+    alone works.
+    """
+    unknown = sorted(set(replay_buffer_config) - set(_CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"unknown replay_buffer_config key(s) {unknown}; allowed: {list(_CONFIG_KEYS)}")
+    buffer_type = replay_buffer_config.get("type", "ReplayBuffer")
+    if isinstance(buffer_type, type) and issubclass(buffer_type, ReplayBuffer):
+        cls = buffer_type
+    elif isinstance(buffer_type, str) and buffer_type in _BUFFER_TYPES:
+        cls = _BUFFER_TYPES[buffer_type]
+    else:
+        raise ValueError(
+            f"unknown replay_buffer_config type {buffer_type!r}; allowed: {list(_BUFFER_TYPES)} "
+            "or a ReplayBuffer subclass"
+        )
+    capacity = replay_buffer_config.get("capacity", 50_000)
+    if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or capacity < 1:
+        raise ValueError(f"replay_buffer_config capacity must be a positive int, got {capacity!r}")
+    kwargs: dict[str, Any] = {}
+    if issubclass(cls, PrioritizedReplayBuffer):
+        given = [key for key in ("alpha", "beta", "eps") if key in replay_buffer_config]
+        kwargs = {key: float(replay_buffer_config[key]) for key in given}
+    return cls(int(capacity), obs_shape, obs_dtype, action_shape, action_dtype, seed=seed, **kwargs)
