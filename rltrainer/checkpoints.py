@@ -10,7 +10,9 @@ Layout::
       filter.npz                  observation-filter statistics (loaded with allow_pickle=False)
 
 The metadata file is written last, through a rename, so a directory without it (or with
-files that do not match their hashes) is never mistaken for a checkpoint.
+files that do not match their hashes) is never mistaken for a checkpoint. It is the
+checkpoint's manifest in storage too (``rltrainer.checkpoint_store``: S3 uploads, listing,
+retention).
 """
 
 from __future__ import annotations
@@ -56,12 +58,13 @@ def write_checkpoint(
     """Write the files, then the metadata naming them with their hashes; returns the path."""
     path = Path(directory).expanduser()
     path.mkdir(parents=True, exist_ok=True)
+    (path / METADATA_FILE).unlink(missing_ok=True)  # a checkpoint being replaced stops existing first
     for name, named_tensors in tensors.items():
         save_file({k: v.contiguous() for k, v in named_tensors.items()}, str(path / name))
     for name, named_arrays in arrays.items():
         with open(path / name, "wb") as f:
             np.savez(f, **named_arrays)
-    files = {name: _describe(path / name) for name in [*tensors, *arrays]}
+    files = {name: describe_file(path / name) for name in [*tensors, *arrays]}
     full = {"format_version": FORMAT_VERSION, **metadata, "versions": library_versions(), "files": files}
     tmp = path / f".{METADATA_FILE}.tmp"
     tmp.write_text(json.dumps(full, indent=2, allow_nan=False))
@@ -72,41 +75,47 @@ def write_checkpoint(
 class Checkpoint:
     """A verified checkpoint directory: metadata plus loaders for its files."""
 
-    def __init__(self, path: Path, metadata: dict[str, Any]) -> None:
+    def __init__(self, path: Path, metadata: dict[str, Any], source: str | None = None) -> None:
         self.path = path
         self.metadata = metadata
+        self.source = source or str(path)
+        """Where it came from (an ``s3://`` URI for a downloaded one): what messages name."""
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> Checkpoint:
-        """Open and verify a checkpoint; raises ``CheckpointError`` saying what is wrong."""
+    def load(cls, directory: str | os.PathLike, source: str | None = None) -> Checkpoint:
+        """Open and verify a checkpoint; raises ``CheckpointError`` saying what is wrong.
+
+        ``source`` names it in messages (the URI a downloaded checkpoint came from).
+        """
         path = Path(directory).expanduser()
+        where = source or str(path)
         if not path.exists():
-            raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+            raise CheckpointError(f"checkpoint {where!r} does not exist")
         meta_path = path / METADATA_FILE
         if not meta_path.is_file():
-            raise CheckpointError(f"{str(path)!r} is not an rltrainer checkpoint: it has no {METADATA_FILE}")
+            raise CheckpointError(f"{where!r} is not an rltrainer checkpoint: it has no {METADATA_FILE}")
         try:
             metadata = json.loads(meta_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise CheckpointError(f"checkpoint {str(path)!r}: {METADATA_FILE} is corrupted ({err})") from None
+            raise CheckpointError(f"checkpoint {where!r}: {METADATA_FILE} is corrupted ({err})") from None
         version = metadata.get("format_version") if isinstance(metadata, dict) else None
         if version != FORMAT_VERSION:
             raise CheckpointError(
-                f"checkpoint {str(path)!r} has format version {version!r}; this rltrainer "
+                f"checkpoint {where!r} has format version {version!r}; this rltrainer "
                 f"reads version {FORMAT_VERSION}"
             )
         for key in ("algorithm", "config", "files"):
             if key not in metadata:
-                raise CheckpointError(f"checkpoint {str(path)!r}: metadata lacks {key!r}")
+                raise CheckpointError(f"checkpoint {where!r}: metadata lacks {key!r}")
         for name, expected in metadata["files"].items():
             file = path / name
             if not file.is_file():
-                raise CheckpointError(f"checkpoint {str(path)!r} is incomplete: {name} is missing")
-            if _describe(file) != expected:
+                raise CheckpointError(f"checkpoint {where!r} is incomplete: {name} is missing")
+            if describe_file(file) != expected:
                 raise CheckpointError(
-                    f"checkpoint {str(path)!r} is corrupted: {name} does not match its recorded sha256"
+                    f"checkpoint {where!r} is corrupted: {name} does not match its recorded sha256"
                 )
-        return cls(path, metadata)
+        return cls(path, metadata, where)
 
     def tensors(self, name: str) -> dict[str, torch.Tensor]:
         try:
@@ -122,7 +131,7 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint {str(self.path)!r}: cannot read {name} ({err})") from None
 
 
-def _describe(file: Path) -> dict[str, Any]:
+def describe_file(file: Path) -> dict[str, Any]:
     digest = hashlib.sha256()
     with open(file, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

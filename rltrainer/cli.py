@@ -1,4 +1,6 @@
-"""The ``rltrainer`` command: ``train`` and ``evaluate`` (RLlib's ``rllib train|evaluate``).
+"""The ``rltrainer`` command: ``train``, ``evaluate`` (RLlib's ``rllib train|evaluate``) and
+``checkpoints list|download|inspect``. Paths may be ``s3://bucket/prefix`` URIs (S3 settings
+from the standard AWS environment variables and config files, e.g. ``AWS_ENDPOINT_URL``).
 
 User mistakes (unknown algorithm, env, config key or stop key; malformed JSON or YAML; a
 missing or invalid checkpoint) print one ``rltrainer: error: ...`` line and exit 2. Any
@@ -33,6 +35,8 @@ examples:
   rltrainer train --algo PPO --env CartPole-v1 --stop '{"episode_return_mean": 475}' \\
       --config '{"lr": 0.0003, "num_env_runners": 2}' --checkpoint-freq 10 --checkpoint-at-end
   rltrainer train file tuned_examples/ppo_cartpole.yaml --stop '{"training_iteration": 5}'
+  rltrainer train --algo PPO --env CartPole-v1 --storage-path s3://bucket/runs --name cp \
+      --checkpoint-freq 5 --resume
 
 --config keys are the algorithm config's fields (RLlib names such as num_workers or lambda
 work too). --stop ends training after the first iteration where ANY key reaches its value;
@@ -60,12 +64,24 @@ example:
 EVALUATE_EXAMPLES = """\
 examples:
   rltrainer evaluate ~/rltrainer_results/PPO_CartPole-v1/<trial>/checkpoint_000100
+  rltrainer evaluate s3://bucket/runs/cp/<trial>/checkpoint_000100
   rltrainer evaluate CHECKPOINT --episodes 3 --video videos/
   rltrainer evaluate CHECKPOINT --steps 2000 --explore
   rltrainer evaluate CHECKPOINT --env my_pkg.envs:HarderCartPole --config '{"env_config": {"level": 3}}'
 
 Actions are greedy unless --explore is given or the checkpoint's evaluation_config sets
 explore. Prints each episode's return and length, then the mean return.
+"""
+
+CHECKPOINTS_EXAMPLES = """\
+examples:
+  rltrainer checkpoints list ~/rltrainer_results/PPO_CartPole-v1
+  rltrainer checkpoints list s3://bucket/runs/cp/<trial>
+  rltrainer checkpoints download s3://bucket/runs/cp/<trial>/checkpoint_000100 ./ckpt
+  rltrainer checkpoints inspect s3://bucket/runs/cp/<trial>/checkpoint_000100
+
+Only checkpoints with a valid manifest (rltrainer_checkpoint.json) are listed; downloads and
+inspect verify every file's size and sha256.
 """
 
 FILE_SHAPE = "one experiment: NAME: {env: ..., run: ALGO, stop: {...}, config: {...}}"
@@ -86,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'rltrainer train --help' or 'rltrainer evaluate --help' for details.",
     )
     parser.add_argument("--version", action="version", version=f"rltrainer {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,checkpoints}")
 
     train = commands.add_parser(
         "train",
@@ -117,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EVALUATE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    evaluate.add_argument("checkpoint", help="a checkpoint directory (checkpoint_000010/)")
+    evaluate.add_argument("checkpoint", help="a checkpoint directory (checkpoint_000010/) or s3:// URI")
     evaluate.add_argument("--env", help="evaluate on this env instead (same observation/action spaces)")
     duration = evaluate.add_mutually_exclusive_group()
     duration.add_argument("--episodes", metavar="N", type=_positive_int, help="episodes to run (default: 10)")
@@ -139,7 +155,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", metavar="JSON", help="config overrides for the restored algorithm, e.g. env_config"
     )
     evaluate.set_defaults(handler=_evaluate)
+    _add_checkpoints_command(commands)
     return parser
+
+
+def _add_checkpoints_command(commands: Any) -> None:
+    checkpoints = commands.add_parser(
+        "checkpoints",
+        help="list, download or inspect checkpoints (local or s3://)",
+        description="List, download or inspect checkpoints in a directory or under an s3:// URI.",
+        epilog=CHECKPOINTS_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = checkpoints.add_subparsers(dest="action", required=True, metavar="{list,download,inspect}")
+    listing = actions.add_parser("list", help="checkpoints under an experiment or trial folder, newest last")
+    listing.add_argument("uri", help="an experiment or trial folder (or s3:// URI)")
+    listing.set_defaults(handler=_checkpoints_list)
+    download = actions.add_parser("download", help="download a checkpoint and verify it")
+    download.add_argument("uri", help="a checkpoint (s3:// URI or directory)")
+    download.add_argument("dir", help="where to put it (must not exist, or be empty)")
+    download.set_defaults(handler=_checkpoints_download)
+    inspect = actions.add_parser("inspect", help="metadata, spaces, config and integrity of a checkpoint")
+    inspect.add_argument("uri", help="a checkpoint (s3:// URI or directory)")
+    inspect.set_defaults(handler=_checkpoints_inspect)
 
 
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
@@ -164,8 +202,19 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         help="checkpoint every N iterations",
     )
     add("--checkpoint-at-end", action="store_true", default=nothing, help="checkpoint when training stops")
-    add("--storage-path", metavar="DIR", default=nothing, help="results root (default: ~/rltrainer_results)")
+    add(
+        "--storage-path",
+        metavar="DIR",
+        default=nothing,
+        help="results root: a directory or s3://bucket/prefix (default: ~/rltrainer_results)",
+    )
     add("--name", default=nothing, help="experiment name: the results folder under the storage path")
+    add(
+        "--resume",
+        action="store_true",
+        default=nothing,
+        help="continue from the experiment's newest checkpoint (start fresh if there is none)",
+    )
     add("-v", "--verbose", action="count", default=nothing, help="-v: INFO logs, -vv: DEBUG logs")
 
 
@@ -210,7 +259,7 @@ def _train(args: argparse.Namespace) -> int:
     intro = f"training {config.algo_class.__name__} on {config.env_name}; stopping when {criteria}"
     intro += " (the default; set --stop)" if stop_is_default else ""
     reporter = ProgressReporter(sys.stdout, tty=sys.stdout.isatty(), intro=intro)
-    result = run_experiment(config, stop, reporter=reporter)
+    result = run_experiment(config, stop, reporter=reporter, resume=vars(args).get("resume", False))
     if result.stopped_by == INTERRUPTED:
         print(f"rltrainer: interrupted after {result.iterations} iteration(s)", file=sys.stderr, flush=True)
     _print_summary(result, stop)
@@ -339,7 +388,13 @@ class ProgressReporter:
         self.intro = intro
         self._header_done = False
 
-    def on_start(self, trial_dir: Path) -> None:
+    def on_resume(self, checkpoint: str | None) -> None:
+        if checkpoint is None:
+            print("no checkpoint to resume from: starting fresh", file=self.out, flush=True)
+        else:
+            print(f"resuming from {checkpoint}", file=self.out, flush=True)
+
+    def on_start(self, trial_dir: Path | str) -> None:
         if self.intro:
             print(self.intro, file=self.out)
         print(f"trial directory: {trial_dir}", file=self.out, flush=True)
@@ -398,14 +453,21 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _check_not_trial_dir(path: str) -> None:
     """A results folder instead of a checkpoint: name the checkpoints inside it."""
+    from rltrainer.checkpoint_store import list_checkpoints
     from rltrainer.checkpoints import METADATA_FILE
+    from rltrainer.storage import is_remote, open_storage
 
-    folder = Path(path).expanduser()
-    if not folder.is_dir() or (folder / METADATA_FILE).is_file():
+    if not is_remote(path):
+        folder = Path(path).expanduser()
+        if not folder.is_dir() or (folder / METADATA_FILE).is_file():
+            return
+    elif open_storage(path).exists(METADATA_FILE):
         return
-    inside = sorted(str(p.parent) for p in folder.glob(f"*/{METADATA_FILE}"))
+    inside = list_checkpoints(path)
     if inside:
-        raise UsageError(f"{path!r} is a results folder, not a checkpoint; newest checkpoint: {inside[-1]}")
+        raise UsageError(
+            f"{path!r} is a results folder, not a checkpoint; newest checkpoint: {inside[-1].uri}"
+        )
 
 
 def _episode_line(episode: Any) -> str:
@@ -415,6 +477,87 @@ def _episode_line(episode: Any) -> str:
         f"episode {episode.index + 1}: return={episode.episode_return:.2f} "
         f"length={episode.length}{status}{video}"
     )
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+
+
+def _checkpoints_list(args: argparse.Namespace) -> int:
+    from rltrainer.checkpoint_store import list_checkpoints
+
+    found = list_checkpoints(args.uri)
+    if not found:
+        print(f"no checkpoints under {args.uri}")
+        return 0
+    print(
+        f"{'iter':>6} {'timesteps':>10} {'score':>10} {'size':>9} {'train s':>9}  {'created':<25} checkpoint"
+    )
+    for info in found:
+        score = f"{info.score:.2f}" if info.score is not None else "-"
+        train_s = float(info.metadata.get("counters", {}).get("time_total_s", 0.0))
+        print(
+            f"{info.iteration:>6} {info.timesteps:>10} {score:>10} {_size(info.size):>9} {train_s:>9.1f}  "
+            f"{info.created_at:<25} {info.uri}"
+        )
+    return 0
+
+
+def _checkpoints_download(args: argparse.Namespace) -> int:
+    from rltrainer.checkpoint_store import download_checkpoint
+
+    target = Path(args.dir).expanduser()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"{args.dir!r} already exists and is not an empty directory")
+    _check_not_trial_dir(args.uri)
+    checkpoint = download_checkpoint(args.uri, target)
+    size = sum(f["size"] for f in checkpoint.metadata["files"].values())
+    files = len(checkpoint.metadata["files"])
+    print(f"downloaded {args.uri} to {target} ({files} files, {_size(size)}, sha256 verified)")
+    return 0
+
+
+def _checkpoints_inspect(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from rltrainer.checkpoint_store import download_checkpoint, read_manifest
+    from rltrainer.errors import CheckpointError
+
+    _check_not_trial_dir(args.uri)
+    metadata, problem = read_manifest(args.uri), None
+    with tempfile.TemporaryDirectory(prefix="rltrainer_inspect_") as tmp:
+        try:
+            download_checkpoint(args.uri, tmp)
+        except CheckpointError as err:
+            problem = str(err)
+    counters = metadata.get("counters", {})
+    print(f"checkpoint: {args.uri}")
+    print(f"algorithm: {metadata.get('algorithm')}  format version: {metadata.get('format_version')}")
+    print(f"created: {metadata.get('created_at')}")
+    print(
+        f"iteration: {counters.get('training_iteration')}  timesteps: {counters.get('timesteps_total')}  "
+        f"episodes: {counters.get('episodes_total')}"
+    )
+    if metadata.get("score"):
+        print(f"score: {metadata['score'].get('attribute')} = {metadata['score'].get('value')}")
+    print(f"observation_space: {json.dumps(metadata.get('observation_space'))}")
+    print(f"action_space: {json.dumps(metadata.get('action_space'))}")
+    print(f"versions: {json.dumps(metadata.get('versions', {}))}")
+    for name, described in metadata.get("files", {}).items():
+        print(f"file: {name} {_size(described['size'])} sha256={described['sha256']}")
+    print(f"config: {json.dumps(metadata.get('config'), sort_keys=True)}")
+    if problem is not None:
+        print(f"integrity: FAILED: {problem}")
+        return 1
+    print(f"integrity: OK ({len(metadata.get('files', {}))} files, sizes and sha256 verified)")
+    return 0
+
+
+def _size(num_bytes: float) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if num_bytes < 1024:
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    return f"{num_bytes:.1f} GiB"
 
 
 # --- entry point ----------------------------------------------------------------------------

@@ -3,6 +3,10 @@
 This is what ``rltrainer train`` runs, and what a driver started by the Kubernetes operator
 calls: it takes a built config and a stop dict, and knows nothing about the command line.
 
+With ``resume=True`` it continues from the newest valid checkpoint under
+``<storage_path>/<experiment_name>/`` (any trial folder), writing on into that checkpoint's
+trial folder; with none it starts fresh and says so.
+
 Stop criteria follow Tune's dict form: ``{"training_iteration": 100, "episode_return_mean":
 475}`` stops after the first result where ANY key reaches (``>=``) its threshold.
 """
@@ -18,8 +22,10 @@ from typing import Any, Protocol
 
 from rltrainer.algorithms.algorithm import Algorithm
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
-from rltrainer.errors import ConfigError
+from rltrainer.checkpoint_store import list_checkpoints
+from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.results import flatten
+from rltrainer.storage import is_remote
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +37,13 @@ INTERRUPTED = "interrupted"
 
 
 class Reporter(Protocol):
-    """Receives progress: where results go, then every iteration's result."""
+    """Receives progress: where results go, then every iteration's result.
 
-    def on_start(self, trial_dir: Path) -> None: ...
+    A reporter may also have ``on_resume(checkpoint: str | None)``, called before
+    ``on_start`` when resuming: the checkpoint resumed from, or ``None`` (starting fresh).
+    """
+
+    def on_start(self, trial_dir: Path | str) -> None: ...
 
     def on_result(self, result: dict[str, Any]) -> None: ...
 
@@ -48,10 +58,13 @@ class ExperimentResult:
     """Training iterations completed (one more than ``last_result``'s if Ctrl-C hit just after)."""
     checkpoint_path: str | None
     """The newest checkpoint written (by ``checkpoint_frequency`` or ``checkpoint_at_end``)."""
-    trial_dir: Path
-    """``<storage_path>/<experiment_name>/<trial_id>``: params.json, result.json, progress.csv, ..."""
+    trial_dir: Path | str
+    """``<storage_path>/<experiment_name>/<trial_id>``: params.json, result.json, progress.csv, ...
+    (a ``Path``, or the ``s3://`` URI for S3 storage)."""
     stopped_by: str
     """The stop key that was reached, or ``INTERRUPTED``."""
+    resumed_from: str | None = None
+    """The checkpoint a ``resume=True`` run continued from (``None``: started fresh)."""
 
 
 def canonical_stop_key(key: str) -> str:
@@ -88,9 +101,14 @@ def reached_stop(result: dict[str, Any], stop: dict[str, float]) -> str | None:
 
 
 def run_experiment(
-    config: AlgorithmConfig, stop: dict[str, Any], reporter: Reporter | None = None
+    config: AlgorithmConfig,
+    stop: dict[str, Any],
+    reporter: Reporter | None = None,
+    resume: bool = False,
 ) -> ExperimentResult:
     """Build the algorithm, train until ``stop`` (or Ctrl-C), save if ``checkpoint_at_end``.
+
+    ``resume``: first restore the newest checkpoint of the experiment (see the module doc).
 
     ``checkpoint_frequency`` checkpoints are written by ``Algorithm.train()``. A Ctrl-C
     (``KeyboardInterrupt``) during training ends the run like a stop criterion, with
@@ -110,9 +128,13 @@ def run_experiment(
     checkpoint_path: str | None = None
     checkpointed_iteration = 0
     stopped_by: str | None = None
+    resumed_from: str | None = None
     try:
+        if resume:
+            resumed_from = _resume(algo, reporter)
+        location = algo.trial_uri if is_remote(algo.trial_uri) else algo.trial_dir
         if reporter is not None:
-            reporter.on_start(algo.trial_dir)
+            reporter.on_start(location)
         try:
             while stopped_by is None:
                 last_result = algo.train()
@@ -132,9 +154,33 @@ def run_experiment(
         if config.checkpoint_at_end and iterations > checkpointed_iteration:
             checkpoint_path = algo.save()
             logger.info("saved checkpoint %s at the end", checkpoint_path)
-        return ExperimentResult(last_result, iterations, checkpoint_path, algo.trial_dir, stopped_by)
+        return ExperimentResult(last_result, iterations, checkpoint_path, location, stopped_by, resumed_from)
     finally:
         algo.stop()
+
+
+def _resume(algo: Algorithm, reporter: Reporter | None) -> str | None:
+    """Restore the newest checkpoint under the experiment folder that verifies; its URI, or None.
+
+    A checkpoint whose files fail verification is skipped with a warning (the next older one
+    is tried), so one damaged upload cannot block a restart.
+    """
+    resumed = None
+    for info in reversed(list_checkpoints(algo.experiment_uri, algo.config.storage_options)):
+        try:
+            algo.resume_from(info.uri)
+        except CheckpointError as err:
+            logger.warning("resume: skipping %s: %s", info.uri, err)
+            continue
+        resumed = info.uri
+        logger.info("resumed from %s (iteration %d)", info.uri, info.iteration)
+        break
+    if resumed is None:
+        logger.warning("resume: no valid checkpoint under %s; starting fresh", algo.experiment_uri)
+    on_resume = getattr(reporter, "on_resume", None)
+    if on_resume is not None:
+        on_resume(resumed)
+    return resumed
 
 
 __all__ = [

@@ -48,9 +48,9 @@ class Policy:
         )
         self._rescale = self._action_rescaler(action_space, config)
         self.rng = np.random.default_rng(seed)
-        # CPU inference runs in numpy on views of the parameters (see NumpyMLP).
+        # Inference runs in numpy on views of the parameters (see NumpyMLP): env runners keep
+        # their policy on the CPU, where this beats torch for RL-sized networks.
         self._numpy_policy = self.model.numpy_policy()
-        self._first_param = next(self.model.parameters())  # its device tells where the model is
 
     # --- inference -------------------------------------------------------------------
     def compute(self, flat_obs: np.ndarray, explore: bool) -> dict[str, np.ndarray]:
@@ -60,17 +60,8 @@ class Policy:
         ``env_actions`` (rescaled/clipped for the env), ``action_logp`` and
         ``action_dist_inputs``, all numpy.
         """
-        if self._first_param.is_cpu:
-            dist_inputs = self._numpy_policy(flat_obs)
-            actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
-        else:
-            with torch.inference_mode():
-                device = next(self.model.parameters()).device
-                inputs_t, _ = self.model(torch.from_numpy(flat_obs).to(device))
-                dist = self.dist_class(inputs_t)
-                actions_t = dist.sample() if explore else dist.deterministic_sample()
-                actions, logp = actions_t.cpu().numpy(), dist.log_prob(actions_t).cpu().numpy()
-                dist_inputs = inputs_t.cpu().numpy()
+        dist_inputs = self._numpy_policy(flat_obs)
+        actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
         return {
             "actions": actions,
             "env_actions": self.to_env_actions(actions),

@@ -2,18 +2,28 @@
 
 ``params.json`` (the full config), ``result.json`` (one JSON object per iteration),
 ``progress.csv`` and a TensorBoard event file with every numeric metric.
+
+With an ``s3://`` storage path the files are written to a local cache folder and uploaded
+whole to the trial's prefix after every iteration (and at ``close()``); an upload that fails
+logs a warning and is tried again after the next iteration. A resumed trial first downloads
+its ``result.json`` and ``progress.csv``, so they go on growing in place.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
 
 from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary
+
+from rltrainer.storage import Storage, StorageError
+
+logger = logging.getLogger(__name__)
 
 
 def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -47,9 +57,12 @@ def _csv_header(path: Path) -> list[str]:
 class ResultLogger:
     """Appends each iteration's result to the trial folder's files."""
 
-    def __init__(self, trial_dir: Path, params: dict[str, Any]) -> None:
+    def __init__(self, trial_dir: Path, params: dict[str, Any], storage: Storage | None = None) -> None:
         self.trial_dir = trial_dir
+        self.storage = storage
         trial_dir.mkdir(parents=True, exist_ok=True)
+        if storage is not None:
+            self._download_existing(storage)
         (trial_dir / "params.json").write_text(json.dumps(_json_safe(params), indent=2, sort_keys=True))
         self._json = open(trial_dir / "result.json", "a")  # noqa: SIM115 (closed in close())
         self._csv_path = trial_dir / "progress.csv"
@@ -74,6 +87,30 @@ class ResultLogger:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         ]
         self._tb.file_writer.add_summary(Summary(value=values), int(result.get("timesteps_total", 0)))
+        if self.storage is not None:
+            self._tb.flush()
+            self.upload()
+
+    def upload(self) -> bool:
+        """Copy every file of the trial folder to the storage; warns and returns False on failure."""
+        assert self.storage is not None
+        try:
+            for file in sorted(self.trial_dir.iterdir()):
+                if file.is_file():
+                    self.storage.upload_file(file, file.name)
+        except StorageError as err:
+            logger.warning("results not uploaded (tried again after the next iteration): %s", err)
+            return False
+        return True
+
+    def _download_existing(self, storage: Storage) -> None:
+        """A resumed trial's result.json and progress.csv, to append to."""
+        try:
+            for name in ("result.json", "progress.csv"):
+                if not (self.trial_dir / name).exists() and storage.exists(name):
+                    storage.download_file(name, self.trial_dir / name)
+        except StorageError as err:
+            logger.warning("could not fetch earlier results from %s: %s", storage.uri, err)
 
     def _widen_csv(self, fields: list[str]) -> None:
         """Rewrite progress.csv with more columns (keys that first appear later, e.g. evaluation)."""
@@ -90,3 +127,5 @@ class ResultLogger:
         self._json.close()
         self._csv_file.close()
         self._tb.close()
+        if self.storage is not None:
+            self.upload()

@@ -107,3 +107,19 @@ class SlowEnv(FixedLengthEnv):
     def step(self, action):
         time.sleep(self.delay_s)
         return super().step(action)
+
+
+class FailingEnv(FixedLengthEnv):
+    """Raises in ``step`` every ``fail_every``-th call across the process (to exercise restarts)."""
+
+    calls = 0
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.fail_every = int((config or {}).get("fail_every", 5))
+
+    def step(self, action):
+        FailingEnv.calls += 1
+        if FailingEnv.calls % self.fail_every == 0:
+            raise RuntimeError("simulated env crash")
+        return super().step(action)

@@ -53,6 +53,10 @@ VALID_VALUES = {
     "min_time_s_per_iteration": 0.5,
     "min_sample_timesteps_per_iteration": 100,
     "storage_path": "/tmp/rltrainer-test-results",
+    "storage_options": {"endpoint_url": "http://127.0.0.1:9000", "max_attempts": 2},
+    "num_to_keep": 3,
+    "checkpoint_score_attribute": "episode_return_mean",
+    "checkpoint_score_order": "min",
     "experiment_name": "exp",
     "checkpoint_frequency": 3,
     "checkpoint_at_end": True,
@@ -69,6 +73,13 @@ VALID_VALUES = {
     "custom_resources_per_learner": {"learner": 1.0},
     "placement_strategy": "SPREAD",
     "placement_timeout_s": 5.0,
+    "restart_failed_env_runners": False,
+    "ignore_env_runner_failures": True,
+    "max_num_env_runner_restarts": 3,
+    "delay_between_env_runner_restarts_s": 0.5,
+    "restart_failed_sub_environments": True,
+    "num_consecutive_env_runner_failures_tolerance": 5,
+    "env_runner_health_probe_timeout_s": 10.0,
 }
 
 SECTION_KEYS = [(section, key) for section, keys in PPOConfig.SECTIONS.items() for key in keys]

@@ -206,6 +206,7 @@ def test_dead_env_runner_gives_a_clear_error(tmp_path):
         tuned_config(tmp_path)
         .env_runners(num_env_runners=2)
         .resources(custom_resources_per_env_runner=ROLLOUT)
+        .fault_tolerance(restart_failed_env_runners=False)
     )
     algo = config.build()
     try:
@@ -223,6 +224,7 @@ def test_slow_env_runner_times_out_instead_of_hanging(tmp_path):
         .environment("tests.envs:SlowEnv", env_config={"delay_s": 0.5})
         .env_runners(num_env_runners=1, num_envs_per_env_runner=1, sample_timeout_s=1.0)
         .resources(custom_resources_per_env_runner=ROLLOUT)
+        .fault_tolerance(restart_failed_env_runners=False)
     )
     algo = config.build()
     try:
@@ -232,5 +234,70 @@ def test_slow_env_runner_times_out_instead_of_hanging(tmp_path):
         ):
             algo.train()
         assert time.monotonic() - started < 10
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_killed_env_runner_is_restarted_and_training_goes_on(tmp_path):
+    config = (
+        tuned_config(tmp_path)
+        .env_runners(num_env_runners=2)
+        .resources(custom_resources_per_env_runner=ROLLOUT)
+    )
+    config.fault_tolerance(restart_failed_env_runners=True, delay_between_env_runner_restarts_s=0)
+    algo = config.build()
+    try:
+        algo.train()
+        ray.kill(algo.workers.remote_workers[0])
+        during = algo.train()  # runner 1's sample is lost; runner 2's is used
+        assert during["num_env_steps_sampled"] > 0
+        after = algo.train()  # the replacement is started before this round
+        assert after["num_env_runner_restarts"] == 1
+        assert after["num_healthy_env_runners"] == 2
+        assert algo.workers.foreach_worker(lambda w: w.worker_index, local_worker=False) == [1, 2]
+        local = algo.get_policy().get_weights()
+        remote = algo.workers.foreach_worker(lambda w: w.get_weights(), local_worker=False)
+        for name, array in local.items():  # the replacement got the current weights
+            np.testing.assert_array_equal(array, remote[0][name])
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_ignored_env_runner_failure_goes_on_without_it(tmp_path):
+    config = (
+        tuned_config(tmp_path)
+        .env_runners(num_env_runners=2)
+        .resources(custom_resources_per_env_runner=ROLLOUT)
+    )
+    config.fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True)
+    algo = config.build()
+    try:
+        ray.kill(algo.workers.remote_workers[1])
+        algo.train()
+        result = algo.train()
+        assert result["num_healthy_env_runners"] == 1
+        assert algo.workers.healthy_env_runner_ids() == [1]
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_runner_failing_every_time_stops_at_the_tolerance(tmp_path):
+    config = (
+        tuned_config(tmp_path)
+        .environment("tests.envs:FailingEnv", env_config={"fail_every": 1})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=1)
+        .resources(custom_resources_per_env_runner=ROLLOUT)
+        .fault_tolerance(
+            delay_between_env_runner_restarts_s=0, num_consecutive_env_runner_failures_tolerance=2
+        )
+    )
+    algo = config.build()
+    try:
+        with pytest.raises(WorkerError, match=r"env runner 1 failed 2 times in a row"):
+            for _ in range(3):
+                algo.train()
     finally:
         algo.stop()

@@ -224,3 +224,24 @@ def test_no_ray_without_env_runners(tmp_path):
 def test_env_config_the_env_does_not_accept(tmp_path, env):
     with pytest.raises(ValueError, match=f"could not create env '{env}' with env_config {{'bogus': 1}}"):
         tiny_config(tmp_path, env, env_config={"bogus": 1}).build()
+
+
+def test_failed_sub_environment_is_recreated(tmp_path):
+    # 64-step fragments; a crash every 150 steps: about every other fragment is sampled again.
+    config = tiny_config(tmp_path, "tests.envs:FailingEnv", env_config={"fail_every": 150})
+    config.fault_tolerance(restart_failed_sub_environments=True)
+    algo = config.build()
+    try:
+        for _ in range(5):
+            assert algo.train()["num_env_steps_sampled"] >= 64
+    finally:
+        algo.stop()
+
+
+def test_failing_env_without_restarts_names_the_error(tmp_path):
+    algo = tiny_config(tmp_path, "tests.envs:FailingEnv", env_config={"fail_every": 3}).build()
+    try:
+        with pytest.raises(RuntimeError, match="env.step\\(\\) raised RuntimeError: simulated env crash"):
+            algo.train()
+    finally:
+        algo.stop()

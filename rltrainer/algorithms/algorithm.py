@@ -12,6 +12,8 @@ import dataclasses
 import logging
 import random
 import secrets
+import shutil
+import tempfile
 import time
 from collections import deque
 from datetime import datetime
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+from rltrainer.checkpoint_store import apply_retention, open_checkpoint, upload_checkpoint
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
 from rltrainer.core.cluster import algorithm_bundles, init_ray, needs_ray, release, reserve
 from rltrainer.core.learner import Learner
@@ -32,7 +35,8 @@ from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.policy import Policy
-from rltrainer.results import ResultLogger
+from rltrainer.results import ResultLogger, flatten
+from rltrainer.storage import StorageError, is_remote, join_uri, open_storage, parent_uri
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +101,10 @@ class Algorithm:
         self._iteration_samples = 0
         self._iteration_episodes: list[EpisodeStats] = []
         self._eval_runner: EnvRunner | None = None
-        self._trial_dir: Path | None = None
+        self._trial_uri: str | None = None
+        self._cache_dir: Path | None = None  # local copy of an s3:// trial's result files
         self._result_logger: ResultLogger | None = None
+        self._last_result: dict[str, Any] | None = None
 
     BASE_RESULT_KEYS: ClassVar[tuple[str, ...]] = (
         "training_iteration",
@@ -115,6 +121,8 @@ class Algorithm:
         "num_env_steps_trained",
         "num_env_steps_sampled_lifetime",
         "num_env_steps_sampled_per_s",
+        "num_healthy_env_runners",
+        "num_env_runner_restarts",
     )
 
     EVALUATION_KEYS: ClassVar[tuple[str, ...]] = (
@@ -176,14 +184,25 @@ class Algorithm:
             "num_env_steps_trained": self.counters.num_env_steps_trained - trained_before,
             "num_env_steps_sampled_lifetime": self.counters.timesteps_total,
             "num_env_steps_sampled_per_s": self._iteration_samples / max(elapsed, 1e-9),
+            "num_healthy_env_runners": sum(1 for r in self.env_runner_group.remote_workers if r is not None),
+            "num_env_runner_restarts": self.env_runner_group.num_restarts,
             **stats,
         }
         if cfg.evaluation_interval and self.counters.training_iteration % cfg.evaluation_interval == 0:
             result.update(self.evaluate())
         result["timestamp"] = int(time.time())
         self._log_result(result)
+        self._last_result = result
         if cfg.checkpoint_frequency and self.counters.training_iteration % cfg.checkpoint_frequency == 0:
-            result["checkpoint_path"] = self.save()
+            try:
+                result["checkpoint_path"] = self.save()
+            except StorageError as err:  # the manifest was not written: no checkpoint, not a broken one
+                logger.warning(
+                    "checkpoint of iteration %d not saved; training goes on and the next checkpoint "
+                    "tries again: %s",
+                    self.counters.training_iteration,
+                    err,
+                )
         return result
 
     def evaluate(self) -> dict[str, Any]:
@@ -260,9 +279,15 @@ class Algorithm:
 
     # --- checkpoints ----------------------------------------------------------------------
     def save(self, checkpoint_dir: str | None = None) -> str:
-        """Write a checkpoint (default: ``<trial_dir>/checkpoint_<iteration>``); returns its path."""
+        """Write a checkpoint (default: ``<trial_dir>/checkpoint_<iteration>``); returns its path or URI.
+
+        An ``s3://`` target is written to a temporary folder, then uploaded: files first,
+        manifest last. Saves into the trial folder then apply ``num_to_keep``. Raises
+        ``StorageError`` when the upload fails after retries.
+        """
+        default = checkpoint_dir is None
         if checkpoint_dir is None:
-            checkpoint_dir = str(self.trial_dir / f"checkpoint_{self.counters.training_iteration:06d}")
+            checkpoint_dir = join_uri(self.trial_uri, f"checkpoint_{self.counters.training_iteration:06d}")
         state = self.learner_group.get_state()
         metadata = {
             "algorithm": type(self).__name__,
@@ -277,28 +302,81 @@ class Algorithm:
             "learner": state["extra"],
             "observation_filter": self.config.observation_filter,
             "created_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "saved_at": time.time(),
+            "score": self._checkpoint_score(),
         }
-        return write_checkpoint(
-            checkpoint_dir,
-            metadata,
-            tensors={"policy.safetensors": state["weights"], "optimizer.safetensors": state["optimizer"]},
-            arrays={"filter.npz": self.env_runner_group.local_worker().get_filter_state()},
-        )
+        files = {
+            "tensors": {"policy.safetensors": state["weights"], "optimizer.safetensors": state["optimizer"]},
+            "arrays": {"filter.npz": self.env_runner_group.local_worker().get_filter_state()},
+        }
+        if is_remote(checkpoint_dir):
+            with tempfile.TemporaryDirectory(prefix="rltrainer_save_") as tmp:
+                write_checkpoint(tmp, metadata, **files)
+                path = upload_checkpoint(tmp, checkpoint_dir, self.config.storage_options)
+        else:
+            path = write_checkpoint(checkpoint_dir, metadata, **files)
+        if default and self.config.num_to_keep is not None:
+            self._apply_retention()
+        return path
+
+    def _checkpoint_score(self) -> dict[str, Any] | None:
+        """``checkpoint_score_attribute`` and its value in the last result (saved for retention)."""
+        attribute = self.config.checkpoint_score_attribute
+        if attribute is None:
+            return None
+        value = flatten(self._last_result or {}).get(attribute)
+        finite = isinstance(value, int | float) and not isinstance(value, bool) and np.isfinite(value)
+        return {"attribute": attribute, "value": float(value) if finite else None}
+
+    def _apply_retention(self) -> None:
+        cfg = self.config
+        order = cfg.checkpoint_score_order if cfg.checkpoint_score_attribute else None
+        try:
+            deleted = apply_retention(self.trial_uri, cfg.num_to_keep, order, cfg.storage_options)
+        except StorageError as err:
+            logger.warning("old checkpoints not deleted (tried again after the next save): %s", err)
+            return
+        for uri in deleted:
+            logger.info("deleted checkpoint %s (num_to_keep=%d)", uri, cfg.num_to_keep)
 
     save_to_path = save
 
     def restore(self, checkpoint_path: str) -> None:
-        """Load weights, optimizer, filter, counters and learning curve from a checkpoint."""
-        self._restore_from(Checkpoint.load(checkpoint_path))
+        """Load weights, optimizer, filter, counters and learning curve from a checkpoint.
+
+        ``checkpoint_path`` may be ``s3://...``: it is downloaded and verified first.
+        """
+        with open_checkpoint(checkpoint_path, self.config.storage_options) as checkpoint:
+            self._restore_from(checkpoint)
+
+    def resume_from(self, checkpoint_path: str) -> None:
+        """Restore a checkpoint of this experiment and keep writing to its trial folder."""
+        self.restore(checkpoint_path)
+        if self._result_logger is not None:
+            self._result_logger.close()
+            self._result_logger = None
+        self._remove_cache()
+        self._trial_uri = parent_uri(checkpoint_path)
 
     restore_from_path = restore
 
     @classmethod
     def from_checkpoint(cls, checkpoint_path: str, config_overrides: dict | None = None) -> Algorithm:
-        """Rebuild the algorithm a checkpoint was written by, from the checkpoint alone."""
+        """Rebuild the algorithm a checkpoint was written by, from the checkpoint alone.
+
+        ``checkpoint_path`` may be ``s3://...`` (S3 settings: ``config_overrides["storage_options"]``
+        over the AWS environment); it is downloaded and verified first.
+        """
+        options = (config_overrides or {}).get("storage_options")
+        with open_checkpoint(checkpoint_path, options) as checkpoint:
+            return cls._build_from(checkpoint, checkpoint_path, config_overrides)
+
+    @classmethod
+    def _build_from(
+        cls, checkpoint: Checkpoint, checkpoint_path: str, config_overrides: dict | None
+    ) -> Algorithm:
         from rltrainer.algorithms.registry import get_algorithm_class
 
-        checkpoint = Checkpoint.load(checkpoint_path)
         algo_class = get_algorithm_class(checkpoint.metadata["algorithm"])
         if not issubclass(algo_class, cls):
             raise CheckpointError(
@@ -331,13 +409,13 @@ class Algorithm:
         ):
             if meta.get(key) != space_to_json(space):
                 raise CheckpointError(
-                    f"checkpoint {str(checkpoint.path)!r} was trained with {key} {meta.get(key)}, "
+                    f"checkpoint {checkpoint.source!r} was trained with {key} {meta.get(key)}, "
                     f"but this env has {space_to_json(space)}"
                 )
         saved_filter = meta.get("observation_filter", "NoFilter")
         if saved_filter != self.config.observation_filter:
             raise CheckpointError(
-                f"checkpoint {str(checkpoint.path)!r} was trained with observation_filter="
+                f"checkpoint {checkpoint.source!r} was trained with observation_filter="
                 f"{saved_filter!r}; set env_runners(observation_filter={saved_filter!r}) to restore it"
             )
         learner = self.learner_group.local_learner
@@ -345,7 +423,7 @@ class Algorithm:
         expected = {name: tuple(t.shape) for name, t in learner.module.state_dict().items()}
         if {name: tuple(t.shape) for name, t in weights.items()} != expected:
             raise CheckpointError(
-                f"checkpoint {str(checkpoint.path)!r} holds a different network than this config builds "
+                f"checkpoint {checkpoint.source!r} holds a different network than this config builds "
                 f"(model={self.config.model.model_dump()}); restore with the checkpoint's model settings"
             )
         state = {
@@ -367,21 +445,43 @@ class Algorithm:
 
     # --- results folder -------------------------------------------------------------------
     @property
-    def trial_dir(self) -> Path:
-        """``<storage_path>/<experiment_name>/<trial_id>`` (created when first written to)."""
-        if self._trial_dir is None:
-            name = self.config.experiment_name or f"{type(self).__name__}_{self.config.env_name}"
+    def experiment_uri(self) -> str:
+        """``<storage_path>/<experiment_name>``: a directory or an ``s3://`` URI."""
+        name = self.config.experiment_name or f"{type(self).__name__}_{self.config.env_name}"
+        return join_uri(self.config.storage_path, name)
+
+    @property
+    def trial_uri(self) -> str:
+        """``<storage_path>/<experiment_name>/<trial_id>``: where results and checkpoints go."""
+        if self._trial_uri is None:
             stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
             trial_id = f"{type(self).__name__}_{self.config.env_name}_{stamp}_{secrets.token_hex(2)}"
-            self._trial_dir = Path(self.config.storage_path).expanduser() / name / trial_id
-        return self._trial_dir
+            self._trial_uri = join_uri(self.experiment_uri, trial_id)
+        return self._trial_uri
+
+    @property
+    def trial_dir(self) -> Path:
+        """The local folder results are written to: ``trial_uri`` itself, or for ``s3://``
+        storage a temporary cache uploaded after every iteration (removed by ``stop()``)."""
+        if not is_remote(self.trial_uri):
+            return Path(self.trial_uri)
+        if self._cache_dir is None:
+            self._cache_dir = Path(tempfile.mkdtemp(prefix="rltrainer_trial_"))
+        return self._cache_dir
 
     logdir = trial_dir
 
     def _log_result(self, result: dict[str, Any]) -> None:
         if self._result_logger is None:
-            self._result_logger = ResultLogger(self.trial_dir, self.config.to_dict())
+            remote = is_remote(self.trial_uri)
+            storage = open_storage(self.trial_uri, self.config.storage_options) if remote else None
+            self._result_logger = ResultLogger(self.trial_dir, self.config.to_dict(), storage)
         self._result_logger.log(result)
+
+    def _remove_cache(self) -> None:
+        if self._cache_dir is not None:
+            shutil.rmtree(self._cache_dir, ignore_errors=True)
+            self._cache_dir = None
 
     def stop(self) -> None:
         """Release envs, actors, the placement group and open files."""
@@ -394,6 +494,7 @@ class Algorithm:
         if self._result_logger is not None:
             self._result_logger.close()
             self._result_logger = None
+        self._remove_cache()
 
     def __enter__(self) -> Algorithm:
         return self

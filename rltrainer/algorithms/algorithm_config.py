@@ -45,6 +45,9 @@ ALIASES: dict[str, str] = {
     "sgd_minibatch_size": "minibatch_size",
     "lambda": "lambda_",
     "framework": "framework_str",
+    "ignore_worker_failures": "ignore_env_runner_failures",
+    "recreate_failed_workers": "restart_failed_env_runners",
+    "recreate_failed_env_runners": "restart_failed_env_runners",
 }
 
 
@@ -113,10 +116,26 @@ class AlgorithmConfig(BaseModel):
             "min_time_s_per_iteration",
             "min_sample_timesteps_per_iteration",
             "storage_path",
+            "storage_options",
             "experiment_name",
         ),
-        "checkpointing": ("checkpoint_frequency", "checkpoint_at_end"),
+        "checkpointing": (
+            "checkpoint_frequency",
+            "checkpoint_at_end",
+            "num_to_keep",
+            "checkpoint_score_attribute",
+            "checkpoint_score_order",
+        ),
         "debugging": ("log_level", "seed"),
+        "fault_tolerance": (
+            "restart_failed_env_runners",
+            "ignore_env_runner_failures",
+            "max_num_env_runner_restarts",
+            "delay_between_env_runner_restarts_s",
+            "restart_failed_sub_environments",
+            "num_consecutive_env_runner_failures_tolerance",
+            "env_runner_health_probe_timeout_s",
+        ),
         "resources": (
             "num_gpus",
             "num_cpus_for_main_process",
@@ -198,7 +217,11 @@ class AlgorithmConfig(BaseModel):
     min_sample_timesteps_per_iteration: int = Field(0, ge=0)
     """Repeat training steps within one ``train()`` until this many env steps were sampled."""
     storage_path: str = "~/rltrainer_results"
-    """Where ``<experiment_name>/<trial_id>/`` results and checkpoints are written."""
+    """Where ``<experiment_name>/<trial_id>/`` results and checkpoints go: a directory or ``s3://bucket/prefix``."""
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+    """S3 settings over the AWS environment and config files: ``endpoint_url``, ``region_name``,
+    ``profile_name``, ``verify``, ``connect_timeout``, ``read_timeout``, ``max_attempts``,
+    ``retry_delay_s`` (never credentials: the config is saved in every checkpoint)."""
     experiment_name: str | None = None
     """Results folder name; defaults to ``<ALGO>_<env>``."""
 
@@ -207,12 +230,34 @@ class AlgorithmConfig(BaseModel):
     """Save a checkpoint every this many ``train()`` calls (0: never automatically)."""
     checkpoint_at_end: bool = False
     """Save a checkpoint when an experiment run by ``rltrainer train`` stops."""
+    num_to_keep: int | None = Field(None, ge=1)
+    """Keep this many checkpoints of the trial (the newest, or the best by score); ``None``: all."""
+    checkpoint_score_attribute: str | None = None
+    """Result key ranking checkpoints for ``num_to_keep`` (``episode_return_mean``); ``None``: recency."""
+    checkpoint_score_order: Literal["max", "min"] = "max"
+    """Whether a higher or a lower ``checkpoint_score_attribute`` is better."""
 
     # --- debugging ---------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARN", "WARNING", "ERROR"] = "WARN"
     """Level of the ``rltrainer`` logger."""
     seed: int | None = None
     """Seeds torch, numpy and the envs (each env gets its own derived seed)."""
+
+    # --- fault tolerance (RLlib's names and meanings) ------------------------------
+    restart_failed_env_runners: bool = True
+    """Replace a remote env runner that died or timed out (its sample for that round is lost)."""
+    ignore_env_runner_failures: bool = False
+    """Without restarts: drop failed env runners and go on with the others."""
+    max_num_env_runner_restarts: int = Field(1000, ge=0)
+    """Restarts allowed over the whole run before a failure is fatal."""
+    delay_between_env_runner_restarts_s: float = Field(60.0, ge=0)
+    """Wait this long after a failure before starting the replacement (training goes on meanwhile)."""
+    restart_failed_sub_environments: bool = False
+    """Recreate an env runner's envs when one raises, instead of failing the runner."""
+    num_consecutive_env_runner_failures_tolerance: int = Field(100, ge=1)
+    """Failures in a row of one env runner after which training stops with an error."""
+    env_runner_health_probe_timeout_s: float = Field(30.0, gt=0)
+    """How long a restarted env runner has to answer its first health probe."""
 
     # --- resources ---------------------------------------------------------------
     num_gpus: float = Field(0, ge=0)
@@ -277,6 +322,13 @@ class AlgorithmConfig(BaseModel):
     def checkpointing(self, **kwargs: Any) -> AlgorithmConfig:
         """Automatic checkpoints during and at the end of training."""
         return self._update("checkpointing", kwargs)
+
+    def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:
+        """What happens when a remote env runner (or one of its envs) fails."""
+        for old, new in ALIASES.items():
+            if old in kwargs and new in self.SECTIONS["fault_tolerance"]:
+                kwargs[new] = kwargs.pop(old)
+        return self._update("fault_tolerance", kwargs)
 
     def debugging(self, **kwargs: Any) -> AlgorithmConfig:
         """Log level and random seed."""
@@ -407,8 +459,14 @@ class AlgorithmConfig(BaseModel):
             except ValidationError as err:
                 problem = err.errors()[0]["msg"]
                 expected = type(self).model_fields[key].description or ""
+                # storage_options might hold secrets by mistake: never echo their values.
+                got = (
+                    f"keys {sorted(value)}"
+                    if key == "storage_options" and isinstance(value, dict)
+                    else repr(value)
+                )
                 raise ConfigError(
-                    f"{section}(): invalid value for '{key}': {problem} (got {value!r}). {key}: {expected}"
+                    f"{section}(): invalid value for '{key}': {problem} (got {got}). {key}: {expected}"
                 ) from None
         if "log_level" in kwargs:
             logging.getLogger("rltrainer").setLevel(self.log_level.replace("WARN", "WARNING", 1))
@@ -436,6 +494,13 @@ class AlgorithmConfig(BaseModel):
         if env is None or isinstance(env, str) or (isinstance(env, type) and issubclass(env, gym.Env)):
             return env
         raise ValueError('must be an env name, "package.module:Class", or a gymnasium.Env subclass')
+
+    @field_validator("storage_options")
+    @classmethod
+    def _storage_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        from rltrainer.storage import check_storage_options
+
+        return check_storage_options(options)
 
     @field_validator("lr")
     @classmethod

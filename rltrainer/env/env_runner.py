@@ -50,6 +50,10 @@ class Rollout(NamedTuple):
         return int(self.valid.sum())
 
 
+class EnvStepError(RuntimeError):
+    """An env raised in ``reset()`` or ``step()`` (the original error is its ``__cause__``)."""
+
+
 class EpisodeStats(NamedTuple):
     episode_return: float
     episode_len: int
@@ -71,8 +75,8 @@ class EnvRunner:
             register_env(name, creator)
         self.config = config
         self.worker_index = worker_index
-        ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
-        self.env = make_vector_env(config.env, ctx, config.num_envs_per_env_runner)
+        self._ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
+        self.env = make_vector_env(config.env, self._ctx, config.num_envs_per_env_runner)
         self.num_envs = self.env.num_envs
         self.observation_space = config.observation_space or self.env.single_observation_space
         self.action_space = config.action_space or self.env.single_action_space
@@ -92,11 +96,34 @@ class EnvRunner:
 
     # --- sampling ------------------------------------------------------------------
     def sample(self, explore: bool | None = None) -> tuple[Rollout, list[EpisodeStats]]:
-        """One rollout fragment per env, plus the episodes completed meanwhile."""
+        """One rollout fragment per env, plus the episodes completed meanwhile.
+
+        With ``restart_failed_sub_environments`` an env that raises is recreated (with its
+        siblings in the vector env) and the fragment sampled again, up to
+        ``num_consecutive_env_runner_failures_tolerance`` times in a row.
+        """
         explore = self.config.explore if explore is None else explore
         steps = self.config.get_rollout_fragment_length()
         complete = self.config.batch_mode == "complete_episodes"
-        return self._rollout(steps, explore, complete_episodes=complete), self.pop_episodes()
+        failures = 0
+        while True:
+            try:
+                return self._rollout(steps, explore, complete_episodes=complete), self.pop_episodes()
+            except EnvStepError as err:
+                failures += 1
+                tolerance = self.config.num_consecutive_env_runner_failures_tolerance
+                if not self.config.restart_failed_sub_environments or failures >= tolerance:
+                    raise
+                logger.warning("env runner %d: %s; recreating its envs", self.worker_index, err)
+                self._recreate_envs()
+
+    def _recreate_envs(self) -> None:
+        try:
+            self.env.close()
+        except Exception:  # noqa: BLE001 - a broken env may fail to close too
+            logger.debug("closing a failed env raised", exc_info=True)
+        self.env = make_vector_env(self.config.env, self._ctx, self.config.num_envs_per_env_runner)
+        self._obs = None
 
     def sample_episodes(
         self, num_episodes: int | None = None, num_timesteps: int | None = None, explore: bool | None = None
@@ -141,7 +168,10 @@ class EnvRunner:
         if not self._seeded and self.config.seed is not None:
             seed = self.config.seed + 1000 * self.worker_index
         self._seeded = True
-        self._obs, _ = self.env.reset(seed=seed)
+        try:
+            self._obs, _ = self.env.reset(seed=seed)
+        except Exception as err:
+            raise EnvStepError(f"env.reset() raised {type(err).__name__}: {err}") from err
         self._prev_done[:] = False
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
@@ -175,7 +205,10 @@ class EnvRunner:
         """Act in every env once; returns what a rollout records about this step."""
         flat = self.filter(self.policy.preprocessor.transform(self._obs), update=update_filter)
         out = self.policy.compute(flat, explore)
-        next_obs, rewards, terminateds, truncateds, _ = self.env.step(out["env_actions"])
+        try:
+            next_obs, rewards, terminateds, truncateds, _ = self.env.step(out["env_actions"])
+        except Exception as err:
+            raise EnvStepError(f"env.step() raised {type(err).__name__}: {err}") from err
         rewards = np.asarray(rewards, dtype=np.float32)
         valid = ~self._prev_done if frozen is None else ~self._prev_done & ~frozen
         dones = terminateds | truncateds
@@ -217,6 +250,10 @@ class EnvRunner:
 
     def set_filter_state(self, state: dict[str, np.ndarray]) -> None:
         self.filter.set_state(state)
+
+    def ping(self) -> bool:
+        """Health probe for restarted remote runners."""
+        return True
 
     def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(self, *args)``: how ``foreach_worker`` reaches remote runners."""

@@ -23,34 +23,50 @@ logger = logging.getLogger(__name__)
 
 
 class EnvRunnerGroup:
-    """All env runners of an algorithm; RLlib's ``WorkerSet`` API over them."""
+    """All env runners of an algorithm; RLlib's ``WorkerSet`` API over them.
+
+    Remote runners that die or time out are handled per the fault-tolerance settings: their
+    sample for that round is dropped; with ``restart_failed_env_runners`` a replacement starts
+    (in the same placement-group bundle, with the current weights and filter) once
+    ``delay_between_env_runner_restarts_s`` has passed, while training goes on with the
+    others; with ``ignore_env_runner_failures`` the runner is dropped; otherwise the failure
+    is raised as a ``WorkerError`` naming the runner.
+    """
 
     def __init__(self, config: Any, placement: Placement | None = None) -> None:
         self.config = config
+        self._placement = placement
         self._local = EnvRunner(config, worker_index=0, num_workers=config.num_env_runners)
-        self._remote: list[Any] = []
+        self._remote: list[Any | None] = []  # by runner index (worker_index - 1); None: failed
+        self._failures: list[int] = []  # consecutive failures per runner
+        self._restart_at: dict[int, float] = {}  # runner index -> when to start its replacement
+        self._weights_ref: Any = None
+        self.num_restarts = 0
         if config.num_env_runners > 0:
             if placement is None:
                 raise ValueError("remote env runners need the algorithm's placement group")
-            self._remote = [self._create_actor(i, placement) for i in range(config.num_env_runners)]
+            self._remote = [self._create_actor(i) for i in range(config.num_env_runners)]
+            self._failures = [0] * config.num_env_runners
 
-    def _create_actor(self, index: int, placement: Placement) -> Any:
+    def _create_actor(self, index: int) -> Any:
         import ray
 
         bundle = env_runner_bundle(self.config)
-        remote_class = ray.remote(EnvRunner)
-        return remote_class.options(
-            num_cpus=bundle.get("CPU", 0),
-            num_gpus=bundle.get("GPU", 0),
-            resources={k: v for k, v in bundle.items() if k not in ("CPU", "GPU")},
-            scheduling_strategy=placement.scheduling(placement.env_runner_bundle(index)),
-            name=None,
-        ).remote(
-            self.config,
-            worker_index=index + 1,
-            num_workers=self.config.num_env_runners,
-            remote=True,
-            env_creators=registered_creators(),
+        return (
+            ray.remote(EnvRunner)
+            .options(
+                num_cpus=bundle.get("CPU", 0),
+                num_gpus=bundle.get("GPU", 0),
+                resources={k: v for k, v in bundle.items() if k not in ("CPU", "GPU")},
+                scheduling_strategy=self._placement.scheduling(self._placement.env_runner_bundle(index)),
+            )
+            .remote(
+                self.config,
+                worker_index=index + 1,
+                num_workers=self.config.num_env_runners,
+                remote=True,
+                env_creators=registered_creators(),
+            )
         )
 
     # --- access ---------------------------------------------------------------------
@@ -62,14 +78,17 @@ class EnvRunnerGroup:
 
     @property
     def remote_workers(self) -> list[Any]:
-        """The env-runner actor handles (empty with ``num_env_runners=0``)."""
+        """Env-runner actor handles by index (``None`` where a runner failed and is not back yet)."""
         return list(self._remote)
 
     def num_remote_workers(self) -> int:
         return len(self._remote)
 
     def healthy_env_runner_ids(self) -> list[int]:
-        return list(range(1, len(self._remote) + 1)) if self._remote else [0]
+        """Worker indices of the runners that sample (0: the local one, when there are no actors)."""
+        if not self._remote:
+            return [0]
+        return [i + 1 for i, runner in enumerate(self._remote) if runner is not None]
 
     # --- sampling -------------------------------------------------------------------
     def sample(self, min_steps: int) -> tuple[list[Rollout], list[EpisodeStats]]:
@@ -87,15 +106,93 @@ class EnvRunnerGroup:
                 rollouts.append(rollout)
                 episodes.extend(new_episodes)
                 continue
-            results = self._get(
-                [runner.sample_with_filter_delta.remote() for runner in self._remote], "sample"
-            )
-            for rollout, new_episodes, delta in results:
+            refs = {i: runner.sample_with_filter_delta.remote() for i, runner in self._live().items()}
+            results, failures = self._collect(refs, "sample")
+            for i, (rollout, new_episodes, delta) in results.items():
+                self._failures[i] = 0
                 rollouts.append(rollout)
                 episodes.extend(new_episodes)
                 self._local.filter.apply_delta(delta)
+            self._handle_failures(failures)
             self._broadcast_filter()
         return rollouts, episodes
+
+    def _live(self) -> dict[int, Any]:
+        """Runners that can sample now, after starting replacements that are due."""
+        import time
+
+        while True:
+            self._restart_due()
+            live = {i: runner for i, runner in enumerate(self._remote) if runner is not None}
+            if live:
+                return live
+            if not self._restart_at:
+                raise WorkerError("every env runner has failed and none is being restarted")
+            time.sleep(max(0.0, min(self._restart_at.values()) - time.monotonic()))
+
+    def _restart_due(self) -> None:
+        import time
+
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        for index, due in sorted(self._restart_at.items()):
+            if due > time.monotonic():
+                continue
+            del self._restart_at[index]
+            actor = self._create_actor(index)
+            try:
+                ray.get(actor.ping.remote(), timeout=self.config.env_runner_health_probe_timeout_s)
+            except (GetTimeoutError, RayActorError) as err:
+                ray.kill(actor)
+                self._handle_failures({index: f"did not pass its health probe ({type(err).__name__})"})
+                continue
+            if self._weights_ref is not None:
+                actor.set_weights.remote(self._weights_ref)
+            state = self._local.get_filter_state()
+            if state:
+                actor.set_filter_state.remote(ray.put(state))
+            self._remote[index] = actor
+            self.num_restarts += 1
+            logger.warning("env runner %d restarted (%d restarts so far)", index + 1, self.num_restarts)
+
+    def _handle_failures(self, failures: dict[int, str]) -> None:
+        import time
+
+        import ray
+
+        if not failures:
+            return
+        ft = self.config
+        if not ft.restart_failed_env_runners and not ft.ignore_env_runner_failures:
+            ids = sorted(i + 1 for i in failures)
+            raise WorkerError(f"env runner(s) {ids} {failures[ids[0] - 1]}")
+        for index, reason in sorted(failures.items()):
+            self._failures[index] += 1
+            if self._failures[index] >= ft.num_consecutive_env_runner_failures_tolerance:
+                raise WorkerError(
+                    f"env runner {index + 1} failed {self._failures[index]} times in a row "
+                    f"(num_consecutive_env_runner_failures_tolerance={ft.num_consecutive_env_runner_failures_tolerance})"
+                    f"; last: {reason}"
+                )
+            if self._remote[index] is not None:
+                ray.kill(self._remote[index])
+                self._remote[index] = None
+            if ft.restart_failed_env_runners:
+                if self.num_restarts + len(self._restart_at) >= ft.max_num_env_runner_restarts:
+                    raise WorkerError(
+                        f"env runner {index + 1} {reason}, and max_num_env_runner_restarts="
+                        f"{ft.max_num_env_runner_restarts} restarts are used up"
+                    )
+                self._restart_at[index] = time.monotonic() + ft.delay_between_env_runner_restarts_s
+                logger.warning(
+                    "env runner %d %s; restarting it in %.0f s",
+                    index + 1,
+                    reason,
+                    ft.delay_between_env_runner_restarts_s,
+                )
+            else:
+                logger.warning("env runner %d %s; going on without it", index + 1, reason)
 
     def _broadcast_filter(self) -> None:
         state = self._local.get_filter_state()
@@ -104,7 +201,8 @@ class EnvRunnerGroup:
 
             ref = ray.put(state)
             for runner in self._remote:
-                runner.set_filter_state.remote(ref)
+                if runner is not None:
+                    runner.set_filter_state.remote(ref)
 
     def sync_weights(self, weights: dict[str, Any]) -> None:
         """Send the learner's weights to every env runner: one ``ray.put``, one reference each."""
@@ -112,9 +210,10 @@ class EnvRunnerGroup:
         if self._remote:
             import ray
 
-            ref = ray.put({name: np.asarray(value) for name, value in weights.items()})
+            self._weights_ref = ray.put({name: np.asarray(value) for name, value in weights.items()})
             for runner in self._remote:
-                runner.set_weights.remote(ref)
+                if runner is not None:
+                    runner.set_weights.remote(self._weights_ref)
 
     def set_filter_state(self, state: dict[str, np.ndarray]) -> None:
         self._local.set_filter_state(state)
@@ -128,10 +227,18 @@ class EnvRunnerGroup:
     def foreach_worker_with_index(
         self, fn: Callable[[EnvRunner, int], Any], local_worker: bool = True
     ) -> list[Any]:
-        """``fn(runner, worker_index)`` for each env runner; the local one has index 0."""
+        """``fn(runner, worker_index)`` for each healthy env runner; the local one has index 0."""
         results = [fn(self._local, 0)] if local_worker else []
-        refs = [runner.apply.remote(fn, index + 1) for index, runner in enumerate(self._remote)]
-        return results + self._get(refs, "foreach_worker") if refs else results
+        refs = {
+            i: runner.apply.remote(fn, i + 1) for i, runner in enumerate(self._remote) if runner is not None
+        }
+        if not refs:
+            return results
+        done, failures = self._collect(refs, "foreach_worker", timeout=None)
+        if failures:
+            ids = sorted(i + 1 for i in failures)
+            raise WorkerError(f"env runner(s) {ids} {failures[ids[0] - 1]}")
+        return results + [done[i] for i in sorted(done)]
 
     def foreach_env(self, fn: Callable[[Any], Any]) -> list[list[Any]]:
         """``fn(env)`` for every sub-env of every runner; one list per runner."""
@@ -143,37 +250,35 @@ class EnvRunnerGroup:
             import ray
 
             for runner in self._remote:
-                ray.kill(runner)
+                if runner is not None:
+                    ray.kill(runner)
             self._remote = []
+            self._restart_at = {}
 
-    def _get(self, refs: list[Any], what: str) -> list[Any]:
-        """Results of remote calls; a dead or silent actor becomes a ``WorkerError`` naming it."""
+    def _collect(self, refs: dict[int, Any], what: str, timeout: float | None = -1.0) -> tuple[dict, dict]:
+        """Results of remote calls by runner index, and why the others failed (died, raised, silent)."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
-        try:
-            return ray.get(refs, timeout=self.config.sample_timeout_s)
-        except GetTimeoutError:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            silent = [i + 1 for i, ref in enumerate(refs) if ref not in ready]
-            raise WorkerError(
-                f"env runner(s) {silent} did not finish {what} within sample_timeout_s="
-                f"{self.config.sample_timeout_s}"
-            ) from None
-        except RayActorError as err:
-            dead = [i + 1 for i, ref in enumerate(refs) if _failed(ref)]
-            cause = str(err).strip().splitlines()[0]
-            raise WorkerError(f"env runner(s) {dead or '?'} died during {what}: {cause}") from None
+        timeout = self.config.sample_timeout_s if timeout == -1.0 else timeout
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+        ready = set(ready)
+        results, failures = {}, {}
+        for index, ref in refs.items():
+            if ref not in ready:
+                failures[index] = (
+                    f"did not finish {what} within sample_timeout_s={self.config.sample_timeout_s}"
+                )
+                continue
+            try:
+                results[index] = ray.get(ref)
+            except RayActorError as err:
+                failures[index] = f"died during {what}: {_first_line(err)}"
+            except RayTaskError as err:
+                failures[index] = f"raised during {what}: {_first_line(err.cause if err.cause else err)}"
+        return results, failures
 
 
-def _failed(ref: Any) -> bool:
-    import ray
-    from ray.exceptions import GetTimeoutError, RayActorError
-
-    try:
-        ray.get(ref, timeout=0)
-    except RayActorError:
-        return True
-    except GetTimeoutError:
-        return False
-    return False
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
