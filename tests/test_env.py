@@ -226,14 +226,21 @@ def test_env_config_the_env_does_not_accept(tmp_path, env):
         tiny_config(tmp_path, env, env_config={"bogus": 1}).build()
 
 
-def test_failed_sub_environment_is_recreated(tmp_path):
-    # 64-step fragments; a crash every 150 steps: about every other fragment is sampled again.
-    config = tiny_config(tmp_path, "tests.envs:FailingEnv", env_config={"fail_every": 150})
-    config.fault_tolerance(restart_failed_sub_environments=True)
+def test_failed_sub_environment_is_recreated_and_its_episode_dropped(tmp_path):
+    # 10-step episodes in 2 envs; a crash every 25 steps (counted across the process).
+    envs.FailingEnv.calls = 0
+    config = tiny_config(tmp_path, "tests.envs:FailingEnv", env_config={"fail_every": 25})
+    config.env_runners(num_envs_per_env_runner=2).fault_tolerance(restart_failed_sub_environments=True)
     algo = config.build()
     try:
-        for _ in range(5):
-            assert algo.train()["num_env_steps_sampled"] >= 64
+        results = [algo.train() for _ in range(4)]
+        runner = algo.workers.local_worker()
+        assert envs.FailingEnv.calls >= 4 * 25  # several crashes happened
+        # Every reported episode is a whole one: crashed episodes are dropped, not cut short.
+        assert all(r["episode_len_mean"] == 10 for r in results)
+        assert all(r["num_env_steps_sampled"] >= 64 for r in results)
+        rollout, _ = runner.sample()
+        assert rollout.num_steps >= 64
     finally:
         algo.stop()
 

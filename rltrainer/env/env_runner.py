@@ -21,7 +21,7 @@ import numpy as np
 
 from rltrainer.core.filters import make_filter
 from rltrainer.env.env_context import EnvContext
-from rltrainer.env.registry import make_vector_env, register_env
+from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
 from rltrainer.errors import EnvError
 from rltrainer.policy import Policy
 
@@ -76,7 +76,7 @@ class EnvRunner:
         self.config = config
         self.worker_index = worker_index
         self._ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
-        self.env = make_vector_env(config.env, self._ctx, config.num_envs_per_env_runner)
+        self.env = self._make_envs()
         self.num_envs = self.env.num_envs
         self.observation_space = config.observation_space or self.env.single_observation_space
         self.action_space = config.action_space or self.env.single_action_space
@@ -92,6 +92,7 @@ class EnvRunner:
         self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self._episodes: list[EpisodeStats] = []
         self._finished: list[tuple[int, EpisodeStats]] = []  # (env index, episode) of the last step
+        self._recreated: np.ndarray | None = None  # envs recreated after a crash in the last step
         self._seeded = False
 
     # --- sampling ------------------------------------------------------------------
@@ -122,8 +123,16 @@ class EnvRunner:
             self.env.close()
         except Exception:  # noqa: BLE001 - a broken env may fail to close too
             logger.debug("closing a failed env raised", exc_info=True)
-        self.env = make_vector_env(self.config.env, self._ctx, self.config.num_envs_per_env_runner)
+        self.env = self._make_envs()
         self._obs = None
+
+    def _make_envs(self) -> gym.vector.VectorEnv:
+        return make_vector_env(
+            self.config.env,
+            self._ctx,
+            self.config.num_envs_per_env_runner,
+            restart_failed=self.config.restart_failed_sub_environments,
+        )
 
     def sample_episodes(
         self, num_episodes: int | None = None, num_timesteps: int | None = None, explore: bool | None = None
@@ -186,8 +195,10 @@ class EnvRunner:
         columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
         # Reset steps (next-step autoreset) don't count: each env steps until it has
         # num_steps real ones (and, for complete_episodes, until its episode ends).
+        episode_start = np.zeros(self.num_envs, dtype=np.int64)  # where each env's episode began here
         while (steps_taken < num_steps).any() or (complete_episodes and not frozen.all()):
             flat, out, rewards, terminateds, truncateds, valid = self._step(explore, update_filter, frozen)
+            t = len(columns["valid"])
             columns["obs"].append(flat)
             columns["actions"].append(out["actions"])
             columns["action_logp"].append(out["action_logp"])
@@ -196,6 +207,11 @@ class EnvRunner:
             columns["truncateds"].append(truncateds)
             columns["valid"].append(valid)
             steps_taken += valid
+            for i in () if self._recreated is None else np.flatnonzero(self._recreated):
+                for step_valid in columns["valid"][episode_start[i] :]:  # drop the crashed episode
+                    steps_taken[i] -= step_valid[i]
+                    step_valid[i] = False
+            episode_start[(terminateds | truncateds)] = t + 1
             if complete_episodes:
                 frozen |= (terminateds | truncateds) & valid & (steps_taken >= num_steps)
         last_obs = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
@@ -206,13 +222,22 @@ class EnvRunner:
         flat = self.filter(self.policy.preprocessor.transform(self._obs), update=update_filter)
         out = self.policy.compute(flat, explore)
         try:
-            next_obs, rewards, terminateds, truncateds, _ = self.env.step(out["env_actions"])
+            next_obs, rewards, terminateds, truncateds, infos = self.env.step(out["env_actions"])
         except Exception as err:
             raise EnvStepError(f"env.step() raised {type(err).__name__}: {err}") from err
         rewards = np.asarray(rewards, dtype=np.float32)
         valid = ~self._prev_done if frozen is None else ~self._prev_done & ~frozen
         dones = terminateds | truncateds
-        self._track_episodes(rewards, dones, valid)
+        # Envs recreated after a crash (RestartOnCrash): their episode is dropped, no stats.
+        self._recreated = infos.get("_" + RestartOnCrash.CRASHED)  # SyncVectorEnv's mask, if any
+        if self._recreated is not None:
+            self._recreated = self._recreated & valid
+            valid_ends = valid & ~self._recreated
+            self._ep_return[self._recreated] = 0.0
+            self._ep_len[self._recreated] = 0
+        else:
+            valid_ends = valid
+        self._track_episodes(rewards, dones, valid_ends)
         self._prev_done = dones
         self._obs = next_obs
         return flat, out, rewards, terminateds, truncateds, valid

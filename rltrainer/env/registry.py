@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ import gymnasium as gym
 
 from rltrainer.env.env_context import EnvContext
 from rltrainer.errors import EnvError
+
+logger = logging.getLogger(__name__)
 
 EnvCreator = Callable[[EnvContext], gym.Env]
 
@@ -78,8 +81,40 @@ def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.E
     return _checked(created, env)
 
 
-def make_vector_env(env: Any, ctx: EnvContext, num_envs: int) -> gym.vector.VectorEnv:
-    """Create ``num_envs`` copies stepped together (next-step autoreset, gymnasium's default)."""
+class RestartOnCrash(gym.Wrapper):
+    """Recreates the wrapped env when ``step()`` raises; that step ends the episode (truncated)
+    with the new env's first observation and ``info[CRASHED] = True`` so the runner drops it."""
+
+    CRASHED = "rltrainer_env_recreated"
+
+    def __init__(self, env: gym.Env, make: Callable[[], gym.Env]) -> None:
+        super().__init__(env)
+        self._make = make
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        try:
+            return self.env.step(action)
+        except Exception as err:  # noqa: BLE001 - any crash of user env code
+            logger.warning(
+                "an env raised %s: %s; recreating it and dropping its episode", type(err).__name__, err
+            )
+            try:
+                self.env.close()
+            except Exception:  # noqa: BLE001 - a broken env may fail to close too
+                logger.debug("closing the crashed env raised", exc_info=True)
+            self.env = self._make()
+            obs, info = self.env.reset()
+            return obs, 0.0, False, True, {**info, self.CRASHED: True}
+
+
+def make_vector_env(
+    env: Any, ctx: EnvContext, num_envs: int, restart_failed: bool = False
+) -> gym.vector.VectorEnv:
+    """Create ``num_envs`` copies stepped together (next-step autoreset, gymnasium's default).
+
+    With ``restart_failed`` each copy is wrapped in ``RestartOnCrash`` (native batched envs,
+    made from a ``vector_entry_point``, have no separate copies to recreate).
+    """
     if isinstance(env, str) and env in gym.registry and env not in _REGISTRY:
         spec = gym.spec(env)
         if spec.vector_entry_point is not None:
@@ -87,8 +122,16 @@ def make_vector_env(env: Any, ctx: EnvContext, num_envs: int) -> gym.vector.Vect
                 return gym.make_vec(env, num_envs=num_envs, vectorization_mode="vector_entry_point", **ctx)
             except TypeError as err:
                 raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
-    fns = [(lambda i=i: make_env(env, ctx.copy_with_overrides(vector_index=i))) for i in range(num_envs)]
-    return gym.vector.SyncVectorEnv(fns)
+
+    def make_copy(index: int) -> gym.Env:
+        created = make_env(env, ctx.copy_with_overrides(vector_index=index))
+        return (
+            RestartOnCrash(created, lambda: make_env(env, ctx.copy_with_overrides(vector_index=index)))
+            if (restart_failed)
+            else created
+        )
+
+    return gym.vector.SyncVectorEnv([(lambda i=i: make_copy(i)) for i in range(num_envs)])
 
 
 def _checked(created: Any, env: Any) -> gym.Env:
