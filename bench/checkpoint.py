@@ -146,7 +146,7 @@ def save_restore(name: str, hiddens: list[int] | None, args: Any, tmp: Path, opt
 
 
 def client_seconds(options: dict, repeats: int) -> float:
-    """Median time to make the boto3 client one S3 operation (save, download, listing) starts with."""
+    """Median time for an S3 operation to get its boto3 client (cached per configuration)."""
     return median([timed(lambda: open_storage(f"s3://{BUCKET}", options).client)[0] for _ in range(repeats)])
 
 
@@ -204,7 +204,7 @@ def report(cases: dict[str, dict], training: dict[str, dict], client_s: float, a
             f"{where:<9}{t['iter_s']:>11.4f}{t['iter_ckpt_s']:>13.4f}{t['overhead_s']:>10.4f}"
             f"{t['overhead_ratio']:>8.2f}"
         )
-    print(f"\nmaking the boto3 S3 client (once per S3 save, restore or listing): {client_s:.3f} s")
+    print(f"\nmaking a boto3 S3 client (cached per storage configuration): {client_s:.3f} s")
     figures: dict[str, Any] = {
         "repeats": args.repeats,
         "iterations": args.iterations,
