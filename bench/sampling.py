@@ -39,7 +39,7 @@ def ceiling(env_id: str, num_envs: int, seconds: float) -> float:
     return rate
 
 
-def build(env_id: str, num_envs: int, env_runners: int, hiddens: list[int], storage: str):
+def build(env_id: str, num_envs: int, env_runners: int, hiddens: list[int], activation: str, storage: str):
     fragment = max(1, 2048 // num_envs)
     config = (
         PPOConfig()
@@ -48,7 +48,8 @@ def build(env_id: str, num_envs: int, env_runners: int, hiddens: list[int], stor
             num_env_runners=env_runners, num_envs_per_env_runner=num_envs, rollout_fragment_length=fragment
         )
         .training(
-            model={"fcnet_hiddens": hiddens}, train_batch_size=fragment * num_envs * max(1, env_runners)
+            model={"fcnet_hiddens": hiddens, "fcnet_activation": activation},
+            train_batch_size=fragment * num_envs * max(1, env_runners),
         )
         .reporting(storage_path=storage)
     )
@@ -76,15 +77,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     parser.add_argument("--repeats", type=int, default=5, help="medians over this many measurements")
     parser.add_argument("--hiddens", default="64,64", help="policy MLP hidden sizes")
+    parser.add_argument("--activation", default="tanh", help="policy MLP activation (tuned example: relu)")
     args = parser.parse_args()
     hiddens = [int(h) for h in args.hiddens.split(",")]
-    print(f"{args.env}, policy MLP {hiddens}, medians of {args.repeats} x {args.seconds:.0f} s")
+    print(f"{args.env}, MLP {hiddens} {args.activation}, medians of {args.repeats} x {args.seconds:.0f} s")
     print(f"{'runners':>7} {'envs':>5} {'sampling steps/s':>17} {'ceiling steps/s':>16} {'ratio':>7}")
     figures: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as storage:
         for env_runners in (int(r) for r in args.env_runners.split(",")):
             for num_envs in (int(n) for n in args.envs.split(",")):
-                algo = build(args.env, num_envs, env_runners, hiddens, storage)
+                algo = build(args.env, num_envs, env_runners, hiddens, args.activation, storage)
                 pairs = [
                     (sampling(algo, args.seconds), ceiling(args.env, num_envs, args.seconds))
                     for _ in range(args.repeats)
@@ -105,7 +107,13 @@ def main() -> None:
                 }
                 print(f"{env_runners:>7} {num_envs:>5} {ours:>17,.0f} {top:>16,.0f} {ratio:>7.1%}")
     print_json_line(
-        {"env": args.env, "gym_version": gym.__version__, "hiddens": hiddens, "sampling": figures}
+        {
+            "env": args.env,
+            "gym_version": gym.__version__,
+            "hiddens": hiddens,
+            "activation": args.activation,
+            "sampling": figures,
+        }
     )
 
 
