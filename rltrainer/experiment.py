@@ -132,6 +132,11 @@ def run_experiment(
     try:
         if resume:
             resumed_from = _resume(algo, reporter)
+            if resumed_from is not None:
+                # A run resumed after it finished stops at once instead of training one more iteration.
+                checkpoint_path, checkpointed_iteration = resumed_from, algo.counters.training_iteration
+                last_result = _restored_state(algo)
+                stopped_by = reached_stop(last_result, criteria)
         location = algo.trial_uri if is_remote(algo.trial_uri) else algo.trial_dir
         if reporter is not None:
             reporter.on_start(location)
@@ -157,6 +162,18 @@ def run_experiment(
         return ExperimentResult(last_result, iterations, checkpoint_path, location, stopped_by, resumed_from)
     finally:
         algo.stop()
+
+
+def _restored_state(algo: Algorithm) -> dict[str, Any]:
+    """What a restored run's last result said: lifetime counters and the smoothed episode metrics."""
+    from rltrainer.algorithms.algorithm import episode_metrics
+
+    counters = dataclasses.asdict(algo.counters)
+    return {
+        **counters,
+        "num_env_steps_sampled_lifetime": counters["timesteps_total"],
+        **episode_metrics(algo._episodes),
+    }
 
 
 def _resume(algo: Algorithm, reporter: Reporter | None) -> str | None:

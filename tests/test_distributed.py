@@ -7,6 +7,8 @@ convention the operator's KubeRay worker groups follow.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -238,8 +240,14 @@ def test_slow_env_runner_times_out_instead_of_hanging(tmp_path):
         algo.stop()
 
 
+def sigkill_env_runner(algo: Algorithm, index: int) -> None:
+    """SIGKILL the process of remote env runner ``index`` (0-based), as a node failure would."""
+    pid = ray.get(algo.workers.remote_workers[index].apply.remote(lambda _runner: os.getpid()))
+    os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.usefixtures("cluster")
-def test_killed_env_runner_is_restarted_and_training_goes_on(tmp_path):
+def test_sigkilled_env_runners_are_restarted_and_training_completes(tmp_path):
     config = (
         tuned_config(tmp_path)
         .env_runners(num_env_runners=2)
@@ -249,17 +257,20 @@ def test_killed_env_runner_is_restarted_and_training_goes_on(tmp_path):
     algo = config.build()
     try:
         algo.train()
-        ray.kill(algo.workers.remote_workers[0])
-        during = algo.train()  # runner 1's sample is lost; runner 2's is used
-        assert during["num_env_steps_sampled"] > 0
-        after = algo.train()  # the replacement is started before this round
-        assert after["num_env_runner_restarts"] == 1
+        for victim in (0, 1):
+            sigkill_env_runner(algo, victim)
+            during = algo.train()  # the victim's sample is lost; the other runner's is used
+            assert during["num_env_steps_sampled"] > 0
+        after = algo.train()  # the second replacement starts before this round
+        assert after["num_env_runner_restarts"] == 2
         assert after["num_healthy_env_runners"] == 2
+        assert after["training_iteration"] == 4
         assert algo.workers.foreach_worker(lambda w: w.worker_index, local_worker=False) == [1, 2]
         local = algo.get_policy().get_weights()
         remote = algo.workers.foreach_worker(lambda w: w.get_weights(), local_worker=False)
-        for name, array in local.items():  # the replacement got the current weights
+        for name, array in local.items():  # the replacements got the current weights
             np.testing.assert_array_equal(array, remote[0][name])
+            np.testing.assert_array_equal(array, remote[1][name])
     finally:
         algo.stop()
 

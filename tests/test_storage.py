@@ -261,6 +261,16 @@ def test_resume_continues_from_the_newest_checkpoint(backend, tmp_path, s3_endpo
     assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2, 3, 4]
 
 
+def test_resuming_a_finished_run_stops_without_training(tmp_path):
+    config = tiny_config(str(tmp_path), checkpoint_frequency=1)
+    first = run_experiment(config.copy(), {"training_iteration": 2})
+    again = run_experiment(config.copy(), {"training_iteration": 2}, resume=True)
+    assert again.resumed_from == first.checkpoint_path == again.checkpoint_path
+    assert again.stopped_by == "training_iteration"
+    assert again.iterations == 2
+    assert [info.iteration for info in list_checkpoints(f"{tmp_path}/exp")] == [1, 2]
+
+
 def test_resume_skips_a_damaged_newest_checkpoint(tmp_path, caplog):
     caplog.set_level(logging.WARNING, "rltrainer")
     config = tiny_config(str(tmp_path), checkpoint_frequency=1)

@@ -132,6 +132,8 @@ class Algorithm:
         "episode_len_mean",
         "episodes_this_iter",
         "num_env_steps_sampled",
+        "num_healthy_env_runners",
+        "num_env_runner_restarts",
     )
 
     @classmethod
@@ -223,6 +225,9 @@ class Algorithm:
         )
         metrics = episode_metrics(episodes)
         metrics["episodes_this_iter"] = len(episodes)
+        # Evaluation samples in the driver: no remote evaluation runners to be healthy or restarted.
+        metrics["num_healthy_env_runners"] = 0
+        metrics["num_env_runner_restarts"] = 0
         metrics["num_env_steps_sampled"] = steps
         metrics["episode_returns"] = [e.episode_return for e in episodes]
         return {"evaluation": metrics}
