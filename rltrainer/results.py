@@ -15,13 +15,29 @@ import csv
 import json
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from tensorboardX import SummaryWriter
-from tensorboardX.proto.summary_pb2 import Summary
-
 from rltrainer.storage import Storage, StorageError
+
+
+def _import_tensorboardx() -> tuple[type, type]:
+    """tensorboardX without its optional S3 writer: that imports boto3 eagerly (~0.1 s of every
+    run's start-up), and rltrainer uploads result files itself (see ResultLogger)."""
+    hidden = "boto3" not in sys.modules
+    if hidden:
+        sys.modules["boto3"] = None  # type: ignore[assignment]  # makes `import boto3` fail fast
+    try:
+        from tensorboardX import SummaryWriter
+        from tensorboardX.proto.summary_pb2 import Summary
+    finally:
+        if hidden:
+            del sys.modules["boto3"]
+    return SummaryWriter, Summary
+
+
+SummaryWriter, Summary = _import_tensorboardx()
 
 logger = logging.getLogger(__name__)
 
