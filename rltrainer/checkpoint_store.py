@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rltrainer.checkpoints import FORMAT_VERSION, METADATA_FILE, Checkpoint, describe_file
+from rltrainer.checkpoints import FORMAT_VERSION, METADATA_FILE, Checkpoint, check_file_names, describe_file
 from rltrainer.errors import CheckpointError
 from rltrainer.storage import Storage, StorageError, is_remote, join_uri, open_storage
 
@@ -100,6 +100,7 @@ def _read_manifest(storage: Storage, uri: str) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {uri!r}: {METADATA_FILE} is corrupted ({err})") from None
     if not isinstance(metadata, dict) or not isinstance(metadata.get("files"), dict):
         raise CheckpointError(f"checkpoint {uri!r}: {METADATA_FILE} lists no files")
+    check_file_names(metadata, uri)
     return metadata
 
 

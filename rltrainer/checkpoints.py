@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from safetensors.torch import load_file, save_file
 from rltrainer.errors import CheckpointError
 
 FORMAT_VERSION = 1
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 METADATA_FILE = "rltrainer_checkpoint.json"
 
 
@@ -72,6 +74,14 @@ def write_checkpoint(
     return str(path)
 
 
+def check_file_names(metadata: dict[str, Any], where: str) -> None:
+    """Checkpoint files are plain names in one folder; anything else (``../x``, ``/etc/x``, a
+    sub-folder) in a manifest is rejected before a reader opens or a download writes it."""
+    for name in metadata.get("files") or {}:
+        if not isinstance(name, str) or name in (".", "..") or not _PLAIN_NAME.fullmatch(name):
+            raise CheckpointError(f"checkpoint {where!r}: the manifest names an invalid file {name!r}")
+
+
 class Checkpoint:
     """A verified checkpoint directory: metadata plus loaders for its files."""
 
@@ -107,6 +117,7 @@ class Checkpoint:
         for key in ("algorithm", "config", "files"):
             if key not in metadata:
                 raise CheckpointError(f"checkpoint {where!r}: metadata lacks {key!r}")
+        check_file_names(metadata, where)
         for name, expected in metadata["files"].items():
             file = path / name
             if not file.is_file():

@@ -13,7 +13,8 @@ from gymnasium import spaces
 from safetensors.torch import load_file
 
 from rltrainer.algorithms.ppo import PPO, PPOConfig
-from rltrainer.checkpoints import METADATA_FILE
+from rltrainer.checkpoint_store import download_checkpoint
+from rltrainer.checkpoints import METADATA_FILE, Checkpoint
 from rltrainer.env.spaces import space_from_json, space_to_json
 from tests import envs
 
@@ -373,3 +374,18 @@ def test_space_json_round_trip(space):
 def test_space_from_bad_json(data, match):
     with pytest.raises(ValueError, match=match):
         space_from_json(data)
+
+
+@pytest.mark.parametrize("bad_name", ["../escaped.bin", "/etc/passwd", "sub/dir.bin", ".."])
+def test_manifest_naming_a_file_outside_the_checkpoint_is_rejected(tmp_path, bad_name):
+    source = tmp_path / "crafted"
+    source.mkdir()
+    (tmp_path / "escaped.bin").write_bytes(b"x")
+    manifest = {"format_version": 1, "algorithm": "PPO", "config": {}, "files": {bad_name: {"size": 1}}}
+    (source / "rltrainer_checkpoint.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="the manifest names an invalid file"):
+        Checkpoint.load(source)
+    target = tmp_path / "deep" / "download"
+    with pytest.raises(ValueError, match="the manifest names an invalid file"):
+        download_checkpoint(str(source), target)
+    assert not (tmp_path / "deep" / "escaped.bin").exists()
