@@ -34,6 +34,15 @@ class Placement:
     def env_runner_bundle(self, index: int) -> int:
         return 1 + self.num_learners + index
 
+    def actor_options(self, bundle: Bundle, bundle_index: int) -> dict[str, Any]:
+        """``ray.remote(...).options()`` for an actor using ``bundle``, pinned to its bundle."""
+        return {
+            "num_cpus": bundle.get("CPU", 0),
+            "num_gpus": bundle.get("GPU", 0),
+            "resources": {k: v for k, v in bundle.items() if k not in ("CPU", "GPU")},
+            "scheduling_strategy": self.scheduling(bundle_index),
+        }
+
     def scheduling(self, bundle_index: int) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -92,22 +101,21 @@ def init_ray(config: Any) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=True)
         return
-    cpus = sum(bundle.get("CPU", 0.0) for bundle in algorithm_bundles(config))
-    gpus = sum(bundle.get("GPU", 0.0) for bundle in algorithm_bundles(config))
-    custom: Bundle = {}
-    for bundle in algorithm_bundles(config):
+    bundles = algorithm_bundles(config)
+    totals: Bundle = {}
+    for bundle in bundles:
         for key, value in bundle.items():
-            if key not in ("CPU", "GPU"):
-                custom[key] = custom.get(key, 0.0) + value
+            totals[key] = totals.get(key, 0.0) + value
+    cpus, gpus = totals.pop("CPU", 0.0), totals.pop("GPU", 0.0)
     ray.init(
         address="local",  # a new instance: without it Ray would attach to any cluster on this machine
         num_cpus=max(os.cpu_count() or 1, int(-(-cpus // 1))),
         num_gpus=int(-(-gpus // 1)) if gpus else None,
-        resources=custom or None,
+        resources=totals or None,
         include_dashboard=False,
         log_to_driver=True,
     )
-    logger.info("started a local Ray instance for %s", algorithm_bundles(config))
+    logger.info("started a local Ray instance for %s", bundles)
 
 
 def reserve(config: Any) -> Placement:

@@ -87,12 +87,7 @@ class LearnerGroup:
         bundle = learner_bundle(self.config)
         actors = [
             ray.remote(LearnerActor)
-            .options(
-                num_cpus=bundle.get("CPU", 0),
-                num_gpus=bundle.get("GPU", 0),
-                resources={k: v for k, v in bundle.items() if k not in ("CPU", "GPU")},
-                scheduling_strategy=placement.scheduling(placement.learner_bundle(i)),
-            )
+            .options(**placement.actor_options(bundle, placement.learner_bundle(i)))
             .remote(factory)
             for i in range(self.config.num_learners)
         ]

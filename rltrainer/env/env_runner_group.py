@@ -51,15 +51,12 @@ class EnvRunnerGroup:
     def _create_actor(self, index: int) -> Any:
         import ray
 
-        bundle = env_runner_bundle(self.config)
+        options = self._placement.actor_options(
+            env_runner_bundle(self.config), self._placement.env_runner_bundle(index)
+        )
         return (
             ray.remote(EnvRunner)
-            .options(
-                num_cpus=bundle.get("CPU", 0),
-                num_gpus=bundle.get("GPU", 0),
-                resources={k: v for k, v in bundle.items() if k not in ("CPU", "GPU")},
-                scheduling_strategy=self._placement.scheduling(self._placement.env_runner_bundle(index)),
-            )
+            .options(**options)
             .remote(
                 self.config,
                 worker_index=index + 1,
