@@ -57,9 +57,15 @@ def load_checkpoint(checkpoint: str, env: Any = None, config_overrides: dict | N
     """The algorithm saved in ``checkpoint``, set up for inference in this process.
 
     ``env`` replaces the checkpoint's env (its spaces must match, else ``CheckpointError``).
-    Remote env runners are never started: evaluation steps its own single env.
+    No Ray actors are started (neither env runners nor learners): evaluation steps its own
+    single env in this process.
     """
-    overrides = {**(config_overrides or {}), "num_env_runners": 0, "num_envs_per_env_runner": 1}
+    overrides = {
+        **(config_overrides or {}),
+        "num_env_runners": 0,
+        "num_envs_per_env_runner": 1,
+        "num_learners": 0,
+    }
     if env is not None:
         overrides["env"] = env
     return Algorithm.from_checkpoint(checkpoint, config_overrides=overrides)
