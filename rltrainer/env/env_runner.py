@@ -190,13 +190,14 @@ class EnvRunner:
     ) -> Rollout:
         if self._obs is None or complete_episodes:
             self._reset()
-        frozen = np.zeros(self.num_envs, dtype=bool)  # complete_episodes: env finished its share
+        # complete_episodes: envs that finished their share (None otherwise: nothing to mask per step)
+        frozen = np.zeros(self.num_envs, dtype=bool) if complete_episodes else None
         steps_taken = np.zeros(self.num_envs, dtype=np.int64)
         columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
         # Reset steps (next-step autoreset) don't count: each env steps until it has
         # num_steps real ones (and, for complete_episodes, until its episode ends).
         episode_start = np.zeros(self.num_envs, dtype=np.int64)  # where each env's episode began here
-        while (steps_taken < num_steps).any() or (complete_episodes and not frozen.all()):
+        while (steps_taken < num_steps).any() or (frozen is not None and not frozen.all()):
             flat, out, rewards, terminateds, truncateds, valid = self._step(explore, update_filter, frozen)
             t = len(columns["valid"])
             columns["obs"].append(flat)
@@ -212,7 +213,7 @@ class EnvRunner:
                     steps_taken[i] -= step_valid[i]
                     step_valid[i] = False
             episode_start[(terminateds | truncateds)] = t + 1
-            if complete_episodes:
+            if frozen is not None:
                 frozen |= (terminateds | truncateds) & valid & (steps_taken >= num_steps)
         last_obs = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
         return Rollout(**{k: np.stack(v) for k, v in columns.items()}, last_obs=last_obs)
