@@ -8,9 +8,11 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rltrainer.core.distributions import dist_class_for
+from rltrainer.core.distributions import ActionDistribution, dist_class_for
+from rltrainer.core.exploration import Exploration, make_exploration
 from rltrainer.core.models import ActorCritic
 from rltrainer.env.preprocessors import Preprocessor
+from rltrainer.errors import ConfigError
 
 
 def as_tensor(value: Any) -> torch.Tensor:
@@ -23,6 +25,11 @@ class Policy:
 
     For Box actions with ``normalize_actions`` the distribution lives in [-1, 1] and
     ``to_env_actions`` rescales to the space's bounds (RLlib's unsquashing).
+
+    Algorithms supply their own policy by subclassing (``Algorithm.policy_class``) and
+    overriding ``make_model`` (the torch module the learner trains; its ``numpy_policy()``
+    maps observations to distribution inputs) and ``make_dist_class``. Actions come from the
+    ``exploration`` object built from the config's ``exploration_config``.
     """
 
     def __init__(
@@ -36,23 +43,57 @@ class Policy:
         self.action_space = action_space
         self.config = config
         self.preprocessor = Preprocessor(observation_space)
-        self.dist_class = dist_class_for(action_space)
-        model = config.model
-        self.model = ActorCritic(
-            obs_size=self.preprocessor.size,
-            num_outputs=self.dist_class.required_inputs(action_space),
-            hiddens=list(model.fcnet_hiddens),
-            activation=model.fcnet_activation,
-            vf_share_layers=model.vf_share_layers,
-            free_log_std=isinstance(action_space, spaces.Box),
-        )
+        self.dist_class = self.make_dist_class()
+        self.model = self.make_model()
         self._rescale = self._action_rescaler(action_space, config)
         self.rng = np.random.default_rng(seed)
+        try:
+            self.exploration: Exploration = make_exploration(
+                config.exploration_config, self.policy_action_space(), self.rng
+            )
+        except ValueError as err:
+            raise ConfigError(f"exploration_config {config.exploration_config}: {err}") from None
+        self.global_timestep = 0
+        """Env steps sampled so far, as the exploration schedules see them (synced by the algorithm)."""
         # Inference runs in numpy on views of the parameters (see NumpyMLP): env runners keep
         # their policy on the CPU, where this beats torch for RL-sized networks.
         self._numpy_policy = self.model.numpy_policy()
 
+    # --- what subclasses override ------------------------------------------------------
+    def make_dist_class(self) -> type:
+        """The action distribution class over the network's outputs."""
+        return dist_class_for(self.action_space)
+
+    def make_model(self) -> torch.nn.Module:
+        """The module the learner trains and env runners act with (PPO: ``ActorCritic``)."""
+        model = self.config.model
+        return ActorCritic(
+            obs_size=self.preprocessor.size,
+            num_outputs=self.dist_class.required_inputs(self.action_space),
+            hiddens=list(model.fcnet_hiddens),
+            activation=model.fcnet_activation,
+            vf_share_layers=model.vf_share_layers,
+            free_log_std=isinstance(self.action_space, spaces.Box),
+        )
+
+    def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """What ``compute_single_action(full_fetch=True)`` returns besides the action."""
+        return {
+            "action_logp": out["action_logp"],
+            "action_dist_inputs": out["action_dist_inputs"],
+            "vf_preds": self.compute_values(flat_obs),
+        }
+
     # --- inference -------------------------------------------------------------------
+    def policy_action_space(self) -> spaces.Space:
+        """The space the distribution's actions live in: [-1, 1] for normalized Box actions."""
+        space = self.action_space
+        if not isinstance(space, spaces.Box) or not self.config.normalize_actions:
+            return space
+        if np.isfinite(space.low).all() and np.isfinite(space.high).all():
+            return spaces.Box(-1.0, 1.0, shape=space.shape, dtype=np.float32)
+        return space
+
     def compute(self, flat_obs: np.ndarray, explore: bool) -> dict[str, np.ndarray]:
         """Actions for ``[B, obs_size]`` observations.
 
@@ -61,7 +102,8 @@ class Policy:
         ``action_dist_inputs``, all numpy.
         """
         dist_inputs = self._numpy_policy(flat_obs)
-        actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
+        distribution = ActionDistribution(self.dist_class, dist_inputs, self.rng)
+        actions, logp = self.exploration.get_exploration_action(distribution, self.global_timestep, explore)
         return {
             "actions": actions,
             "env_actions": self.to_env_actions(actions),
@@ -85,8 +127,12 @@ class Policy:
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
 
     def set_weights(self, weights: dict[str, Any]) -> None:
-        """Load parameters given as numpy arrays or tensors, by name."""
-        self.model.load_state_dict({k: as_tensor(v) for k, v in weights.items()})
+        """Load parameters given as numpy arrays or tensors, by name (all, or a subset)."""
+        _, unexpected = self.model.load_state_dict(
+            {k: as_tensor(v) for k, v in weights.items()}, strict=False
+        )
+        if unexpected:
+            raise KeyError(f"weights for parameters this policy does not have: {unexpected}")
 
     @staticmethod
     def _action_rescaler(space: spaces.Space, config: Any):

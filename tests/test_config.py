@@ -49,6 +49,8 @@ VALID_VALUES = {
     "evaluation_duration_unit": "timesteps",
     "evaluation_config": {"explore": False},
     "explore": False,
+    "exploration_config": {"type": "StochasticSampling", "random_timesteps": 10},
+    "store_buffer_in_checkpoints": True,
     "metrics_num_episodes_for_smoothing": 5,
     "min_time_s_per_iteration": 0.5,
     "min_sample_timesteps_per_iteration": 100,

@@ -57,6 +57,8 @@ class Algorithm:
 
     config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     learner_class: ClassVar[type[Learner]] = Learner
+    policy_class: ClassVar[type[Policy]] = Policy
+    """What env runners act with and what builds the learner's module (``config.get_policy_class()``)."""
 
     def __init__(self, config: AlgorithmConfig | dict | None = None, env: Any = None) -> None:
         if config is None or isinstance(config, dict):
@@ -147,9 +149,10 @@ class Algorithm:
         """Sample, update, sync weights; returns learner stats. Implemented by each algorithm."""
         raise NotImplementedError
 
-    def sample_rollouts(self) -> list[Rollout]:
-        """Sample ``train_batch_size`` env steps from the env runners (one rollout per call)."""
-        rollouts, episodes = self.env_runner_group.sample(self.config.train_batch_size)
+    def sample_rollouts(self, min_steps: int | None = None) -> list[Rollout]:
+        """Sample ``min_steps`` (default ``train_batch_size``) env steps from the env runners."""
+        wanted = self.config.train_batch_size if min_steps is None else min_steps
+        rollouts, episodes = self.env_runner_group.sample(wanted)
         steps = sum(rollout.num_steps for rollout in rollouts)
         self.counters.timesteps_total += steps
         self._iteration_samples += steps
@@ -252,11 +255,7 @@ class Algorithm:
         action = out["env_actions"][0]
         if not full_fetch:
             return action
-        extra = {
-            "action_logp": out["action_logp"][0],
-            "action_dist_inputs": out["action_dist_inputs"][0],
-            "vf_preds": policy.compute_values(flat)[0],
-        }
+        extra = {key: value[0] for key, value in policy.extra_fetches(flat, out).items()}
         return action, [], extra
 
     def compute_actions(
@@ -275,12 +274,7 @@ class Algorithm:
             actions = dict(zip(keys, actions, strict=True))
         if not full_fetch:
             return actions
-        extra = {
-            "action_logp": out["action_logp"],
-            "action_dist_inputs": out["action_dist_inputs"],
-            "vf_preds": runner.policy.compute_values(flat),
-        }
-        return actions, [], extra
+        return actions, [], runner.policy.extra_fetches(flat, out)
 
     # --- checkpoints ----------------------------------------------------------------------
     def save(self, checkpoint_dir: str | None = None) -> str:
@@ -312,7 +306,10 @@ class Algorithm:
         }
         files = {
             "tensors": {"policy.safetensors": state["weights"], "optimizer.safetensors": state["optimizer"]},
-            "arrays": {"filter.npz": self.env_runner_group.local_worker().get_filter_state()},
+            "arrays": {
+                "filter.npz": self.env_runner_group.local_worker().get_filter_state(),
+                **self.checkpoint_arrays(),
+            },
         }
         if is_remote(checkpoint_dir):
             with tempfile.TemporaryDirectory(prefix="rltrainer_save_") as tmp:
@@ -323,6 +320,13 @@ class Algorithm:
         if default and self.config.num_to_keep is not None:
             self._apply_retention()
         return path
+
+    def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        """Extra ``{file name: arrays}`` a checkpoint stores (off-policy: the replay buffer)."""
+        return {}
+
+    def restore_arrays(self, checkpoint: Checkpoint) -> None:
+        """Read back what ``checkpoint_arrays`` saved (called after the weights are restored)."""
 
     def _checkpoint_score(self) -> dict[str, Any] | None:
         """``checkpoint_score_attribute`` and its value in the last result (saved for retention)."""
@@ -441,6 +445,7 @@ class Algorithm:
         self.env_runner_group.sync_weights(self.learner_group.get_weights())
         self.env_runner_group.set_filter_state(filter_state)
         self.counters = Counters(**meta["counters"])
+        self.restore_arrays(checkpoint)
         curve = meta.get("learning_curve", {})
         self._episodes.clear()
         self._episodes.extend(
@@ -529,7 +534,7 @@ def make_learner(
     device: str,
 ) -> Learner:
     """A learner with a freshly initialized network (shipped to learner actors by Ray)."""
-    policy = Policy(observation_space, action_space, config)
+    policy = config.get_policy_class()(observation_space, action_space, config)
     return learner_class(policy.model, policy.dist_class, config, device=device)
 
 

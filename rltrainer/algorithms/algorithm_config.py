@@ -110,7 +110,7 @@ class AlgorithmConfig(BaseModel):
             "evaluation_duration_unit",
             "evaluation_config",
         ),
-        "exploration": ("explore",),
+        "exploration": ("explore", "exploration_config"),
         "reporting": (
             "metrics_num_episodes_for_smoothing",
             "min_time_s_per_iteration",
@@ -125,6 +125,7 @@ class AlgorithmConfig(BaseModel):
             "num_to_keep",
             "checkpoint_score_attribute",
             "checkpoint_score_order",
+            "store_buffer_in_checkpoints",
         ),
         "debugging": ("log_level", "seed"),
         "fault_tolerance": (
@@ -208,6 +209,11 @@ class AlgorithmConfig(BaseModel):
     # --- exploration -------------------------------------------------------------
     explore: bool = True
     """Sample actions stochastically; ``False`` takes the distribution's mode."""
+    exploration_config: dict[str, Any] = Field(default_factory=lambda: {"type": "StochasticSampling"})
+    """``{"type": ..., **ctor_args}``: a built-in name (``EpsilonGreedy``, ``SoftQ``,
+    ``StochasticSampling``, ``GaussianNoise``, ``OrnsteinUhlenbeckNoise``, ``Random``), an
+    ``Exploration`` subclass or ``"package.module:Class"``; keys given without a new type
+    update the current ones."""
 
     # --- reporting ---------------------------------------------------------------
     metrics_num_episodes_for_smoothing: int = Field(100, ge=1)
@@ -236,6 +242,8 @@ class AlgorithmConfig(BaseModel):
     """Result key ranking checkpoints for ``num_to_keep`` (``episode_return_mean``); ``None``: recency."""
     checkpoint_score_order: Literal["max", "min"] = "max"
     """Whether a higher or a lower ``checkpoint_score_attribute`` is better."""
+    store_buffer_in_checkpoints: bool = False
+    """Off-policy algorithms: save the replay buffer's contents in checkpoints (``replay_buffer.npz``)."""
 
     # --- debugging ---------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARN", "WARNING", "ERROR"] = "WARN"
@@ -354,6 +362,9 @@ class AlgorithmConfig(BaseModel):
         out["framework"] = out.pop("framework_str")
         if isinstance(self.env, type):
             out["env"] = f"{self.env.__module__}:{self.env.__qualname__}"
+        kind = self.exploration_config.get("type")
+        if isinstance(kind, type):
+            out["exploration_config"]["type"] = f"{kind.__module__}:{kind.__qualname__}"
         for key in ("observation_space", "action_space"):
             if out[key] is not None:
                 out[key] = space_to_json(out[key])
@@ -454,6 +465,8 @@ class AlgorithmConfig(BaseModel):
                 )
             if key == "model":
                 value = self._merged_model(value)
+            if key == "exploration_config":
+                value = self._merged_exploration_config(section, value)
             try:
                 setattr(self, key, value)
             except ValidationError as err:
@@ -471,6 +484,27 @@ class AlgorithmConfig(BaseModel):
         if "log_level" in kwargs:
             logging.getLogger("rltrainer").setLevel(self.log_level.replace("WARN", "WARNING", 1))
         return self
+
+    def _merged_exploration_config(self, section: str, value: Any) -> dict[str, Any]:
+        """RLlib's rule: the same (or no) type updates the current settings, a new type replaces them."""
+        from rltrainer.core.exploration import check_exploration_config
+
+        if not isinstance(value, dict):
+            raise ConfigError(f"{section}(): 'exploration_config' must be a dict, got {type(value).__name__}")
+        current = self.exploration_config
+        same_type = "type" not in value or value["type"] == current.get("type")
+        merged = {**current, **value} if same_type else dict(value)
+        try:
+            check_exploration_config(merged)
+        except ValueError as err:
+            raise ConfigError(f"{section}(): {err}") from None
+        return merged
+
+    def get_policy_class(self) -> type:
+        """The ``Policy`` subclass env runners act with: the algorithm's ``policy_class``."""
+        from rltrainer.policy import Policy
+
+        return getattr(self.algo_class, "policy_class", Policy)
 
     def _merged_model(self, value: Any) -> ModelConfig:
         if isinstance(value, ModelConfig):

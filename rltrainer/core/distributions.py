@@ -98,6 +98,76 @@ class DiagGaussian:
         return 0.5 * (var_ratio + mean_term - 1.0 - var_ratio.log()).sum(-1)
 
 
+class SquashedGaussian:
+    """tanh of a diagonal Gaussian (SAC, Haarnoja et al. 2018): actions in (-1, 1).
+
+    Inputs ``[B, 2 * d]``: means, then log standard deviations (clamped to SAC's usual
+    [-20, 2]). ``logp`` includes the tanh change of variables, in the numerically stable
+    form ``2 * (log 2 - u - softplus(-2u))`` (as in SB3 and CleanRL).
+    """
+
+    LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+    def __init__(self, inputs: torch.Tensor) -> None:
+        mean, log_std = inputs.chunk(2, dim=-1)
+        self.mean = mean
+        self.log_std = log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+        self.std = self.log_std.exp()
+
+    @staticmethod
+    def required_inputs(space: spaces.Box) -> int:
+        return 2 * int(math.prod(space.shape))
+
+    def rsample_with_logp(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized ``(actions, logp)``: gradients flow through both."""
+        u = self.mean + self.std * torch.randn_like(self.mean)
+        z = (u - self.mean) / self.std
+        gaussian_logp = (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        correction = (2 * (math.log(2) - u - torch.nn.functional.softplus(-2 * u))).sum(-1)
+        return torch.tanh(u), gaussian_logp - correction
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.tanh(self.mean)
+
+    @classmethod
+    def sample_numpy(
+        cls, inputs: np.ndarray, explore: bool, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(actions, logp)`` from numpy means and log stds (the env runners' inference path)."""
+        mean, log_std = np.split(inputs, 2, axis=-1)
+        log_std = np.clip(log_std, cls.LOG_STD_MIN, cls.LOG_STD_MAX)
+        noise = rng.standard_normal(mean.shape, dtype=np.float32) if explore else np.zeros_like(mean)
+        u = mean + np.exp(log_std) * noise
+        gaussian_logp = (-0.5 * noise**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(axis=-1)
+        correction = (2 * (math.log(2) - u - np.logaddexp(0.0, -2 * u))).sum(axis=-1)
+        return np.tanh(u).astype(np.float32), (gaussian_logp - correction).astype(np.float32)
+
+
+class ActionDistribution:
+    """A batch of action distributions on the numpy inference path: what exploration sees.
+
+    ``inputs`` are the network's outputs (logits, Q-values, or means and log stds);
+    ``sample()`` and ``deterministic_sample()`` return ``(actions, logp)``.
+    """
+
+    __slots__ = ("dist_class", "inputs", "rng")
+
+    def __init__(self, dist_class: type, inputs: np.ndarray, rng: np.random.Generator) -> None:
+        self.dist_class = dist_class
+        self.inputs = inputs
+        self.rng = rng
+
+    def sample(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.dist_class.sample_numpy(self.inputs, True, self.rng)
+
+    def deterministic_sample(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.dist_class.sample_numpy(self.inputs, False, self.rng)
+
+    def with_inputs(self, inputs: np.ndarray) -> ActionDistribution:
+        """The same kind of distribution over other inputs (e.g. Q-values over a temperature)."""
+        return ActionDistribution(self.dist_class, inputs, self.rng)
+
+
 @functools.cache
 def _rows(size: int) -> np.ndarray:
     """``arange(size)`` for fancy indexing one element per row, built once per batch size."""

@@ -22,8 +22,7 @@ import numpy as np
 from rltrainer.core.filters import make_filter
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
-from rltrainer.errors import EnvError
-from rltrainer.policy import Policy
+from rltrainer.errors import ConfigError, EnvError
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +81,10 @@ class EnvRunner:
         self.action_space = config.action_space or self.env.single_action_space
         try:
             seed = None if config.seed is None else config.seed + 1000 * worker_index
-            self.policy = Policy(self.observation_space, self.action_space, config, seed=seed)
+            policy_class = config.get_policy_class()  # the algorithm's Policy subclass
+            self.policy = policy_class(self.observation_space, self.action_space, config, seed=seed)
+        except ConfigError:
+            raise
         except ValueError as err:
             raise EnvError(f"env {config.env!r}: {err}") from None
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
@@ -229,6 +231,10 @@ class EnvRunner:
         rewards = np.asarray(rewards, dtype=np.float32)
         valid = ~self._prev_done if frozen is None else ~self._prev_done & ~frozen
         dones = terminateds | truncateds
+        if update_filter:  # training steps advance the exploration schedules; evaluation doesn't
+            self.policy.global_timestep += int(valid.sum())
+        if dones.any():
+            self.policy.exploration.on_episodes_done(dones)
         # Envs recreated after a crash (RestartOnCrash): their episode is dropped, no stats.
         self._recreated = infos.get("_" + RestartOnCrash.CRASHED)  # SyncVectorEnv's mask, if any
         if self._recreated is not None:
@@ -270,6 +276,10 @@ class EnvRunner:
 
     def set_weights(self, weights: dict[str, Any]) -> None:
         self.policy.set_weights(weights)
+
+    def set_global_timestep(self, timestep: int) -> None:
+        """The algorithm's env-step count, which exploration schedules follow."""
+        self.policy.global_timestep = int(timestep)
 
     def get_filter_state(self) -> dict[str, np.ndarray]:
         return self.filter.get_state()

@@ -1,0 +1,319 @@
+"""The exploration API: how a policy turns an action distribution into actions (RLlib's).
+
+``.exploration(explore=..., exploration_config={"type": ..., **ctor_args})`` picks one of the
+built-ins below by name, a class, or ``"package.module:Class"``. An exploration object
+implements ``get_exploration_action(action_distribution, timestep, explore) -> (actions,
+logp)``; ``explore=False`` gives the greedy action (the distribution's mode, no noise).
+Everything runs in numpy over the whole ``[B]`` batch (the env runners' hot path).
+
+Defaults and schedules follow RLlib's ``rllib/utils/exploration/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rltrainer.core.distributions import ActionDistribution
+
+
+def linear_schedule(initial: float, final: float, timesteps: int, timestep: int, start: int = 0) -> float:
+    """``initial`` until ``start``, then linearly to ``final`` over ``timesteps``, then ``final``."""
+    if timesteps <= 0:
+        return final if timestep >= start else initial
+    fraction = min(max((timestep - start) / timesteps, 0.0), 1.0)
+    return initial + fraction * (final - initial)
+
+
+class Exploration:
+    """Base class: acts greedily when ``explore`` is False, samples the distribution otherwise.
+
+    ``action_space`` is the policy's action space: for Box actions with
+    ``normalize_actions`` that is [-1, 1] per dimension (the env runner rescales).
+    Subclasses take their settings as keyword arguments (``exploration_config``).
+    """
+
+    def __init__(self, action_space: spaces.Space, *, rng: np.random.Generator | None = None) -> None:
+        self.action_space = action_space
+        self.rng = rng if rng is not None else np.random.default_rng()
+
+    def get_exploration_action(
+        self,
+        action_distribution: ActionDistribution,
+        timestep: int,  # noqa: ARG002 - the schedules of subclasses use it
+        explore: bool,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(actions [B, ...], logp [B])`` for a batch of distributions."""
+        if explore:
+            return action_distribution.sample()
+        return action_distribution.deterministic_sample()
+
+    def on_episodes_done(self, dones: np.ndarray) -> None:  # noqa: B027 - optional hook
+        """Called by env runners with the ``[N]`` mask of envs whose episode just ended."""
+
+    def random_actions(self, batch_size: int) -> np.ndarray:
+        """Uniform actions from the policy's action space, as a ``[B, ...]`` batch."""
+        space = self.action_space
+        if isinstance(space, spaces.Discrete):
+            return space.start + self.rng.integers(0, space.n, size=batch_size)
+        if isinstance(space, spaces.Box):
+            low = np.where(np.isfinite(space.low), space.low, -1.0)
+            high = np.where(np.isfinite(space.high), space.high, 1.0)
+            shape = (batch_size, *space.shape)
+            return self.rng.uniform(low, high, size=shape).astype(np.float32)
+        raise ValueError(f"random actions for {space} are not supported")
+
+
+class StochasticSampling(Exploration):
+    """Sample the distribution; uniformly random actions for the first ``random_timesteps``."""
+
+    def __init__(self, action_space: spaces.Space, *, random_timesteps: int = 0, **kwargs: Any) -> None:
+        super().__init__(action_space, **kwargs)
+        self.random_timesteps = int(random_timesteps)
+
+    def get_exploration_action(self, action_distribution, timestep, explore):
+        if explore and timestep < self.random_timesteps:
+            actions = self.random_actions(len(action_distribution.inputs))
+            return actions, np.zeros(len(actions), dtype=np.float32)
+        return super().get_exploration_action(action_distribution, timestep, explore)
+
+
+class Random(Exploration):
+    """Uniformly random actions when exploring (the greedy action otherwise)."""
+
+    def get_exploration_action(self, action_distribution, timestep, explore):  # noqa: ARG002
+        if not explore:
+            return action_distribution.deterministic_sample()
+        actions = self.random_actions(len(action_distribution.inputs))
+        return actions, np.zeros(len(actions), dtype=np.float32)
+
+
+class EpsilonGreedy(Exploration):
+    """With probability epsilon a random action, else the greedy one (discrete actions).
+
+    Epsilon stays at ``initial_epsilon`` for ``warmup_timesteps``, then decays linearly to
+    ``final_epsilon`` over ``epsilon_timesteps`` (RLlib's defaults).
+    """
+
+    def __init__(
+        self,
+        action_space: spaces.Space,
+        *,
+        initial_epsilon: float = 1.0,
+        final_epsilon: float = 0.05,
+        warmup_timesteps: int = 0,
+        epsilon_timesteps: int = 100_000,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(action_space, **kwargs)
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(f"EpsilonGreedy needs a Discrete action space, got {action_space}")
+        for name, value in (("initial_epsilon", initial_epsilon), ("final_epsilon", final_epsilon)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        self.initial_epsilon, self.final_epsilon = float(initial_epsilon), float(final_epsilon)
+        self.warmup_timesteps, self.epsilon_timesteps = int(warmup_timesteps), int(epsilon_timesteps)
+
+    def epsilon(self, timestep: int) -> float:
+        return linear_schedule(
+            self.initial_epsilon, self.final_epsilon, self.epsilon_timesteps, timestep, self.warmup_timesteps
+        )
+
+    def get_exploration_action(self, action_distribution, timestep, explore):
+        greedy, _ = action_distribution.deterministic_sample()
+        logp = np.zeros(len(greedy), dtype=np.float32)
+        if not explore:
+            return greedy, logp
+        random = self.rng.random(len(greedy)) < self.epsilon(timestep)
+        actions = np.where(random, self.random_actions(len(greedy)), greedy)
+        return actions, logp
+
+
+class SoftQ(Exploration):
+    """Boltzmann exploration: sample from softmax(inputs / temperature) (discrete actions)."""
+
+    def __init__(self, action_space: spaces.Space, *, temperature: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(action_space, **kwargs)
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(f"SoftQ needs a Discrete action space, got {action_space}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature = float(temperature)
+
+    def get_exploration_action(self, action_distribution, timestep, explore):  # noqa: ARG002
+        if not explore:
+            return action_distribution.deterministic_sample()
+        scaled = action_distribution.with_inputs(action_distribution.inputs / self.temperature)
+        return scaled.sample()
+
+
+class GaussianNoise(Exploration):
+    """Deterministic action plus ``N(0, stddev * scale)`` noise (continuous actions).
+
+    Uniformly random actions for ``random_timesteps``; the scale anneals from
+    ``initial_scale`` to ``final_scale`` over ``scale_timesteps`` after them. Actions are
+    clipped to the action space.
+    """
+
+    def __init__(
+        self,
+        action_space: spaces.Space,
+        *,
+        random_timesteps: int = 1000,
+        stddev: float = 0.1,
+        initial_scale: float = 1.0,
+        final_scale: float = 0.02,
+        scale_timesteps: int = 10_000,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(action_space, **kwargs)
+        if not isinstance(action_space, spaces.Box):
+            raise ValueError(f"{type(self).__name__} needs a Box action space, got {action_space}")
+        if stddev < 0:
+            raise ValueError(f"stddev must be >= 0, got {stddev}")
+        self.random_timesteps, self.stddev = int(random_timesteps), float(stddev)
+        self.initial_scale, self.final_scale = float(initial_scale), float(final_scale)
+        self.scale_timesteps = int(scale_timesteps)
+
+    def scale(self, timestep: int) -> float:
+        return linear_schedule(
+            self.initial_scale, self.final_scale, self.scale_timesteps, timestep, self.random_timesteps
+        )
+
+    def noise(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self.stddev * self.rng.standard_normal(shape)
+
+    def get_exploration_action(self, action_distribution, timestep, explore):
+        actions, _ = action_distribution.deterministic_sample()
+        logp = np.zeros(len(actions), dtype=np.float32)
+        if not explore:
+            return actions, logp
+        if timestep < self.random_timesteps:
+            return self.random_actions(len(actions)), logp
+        noisy = actions + self.scale(timestep) * self.noise(actions.shape)
+        return np.clip(noisy, self.action_space.low, self.action_space.high).astype(np.float32), logp
+
+
+class OrnsteinUhlenbeckNoise(GaussianNoise):
+    """Temporally correlated noise (Lillicrap et al. 2016, DDPG), one process per env.
+
+    ``x += theta * -x + sigma * N(0, 1)``, added as ``scale * ou_base_scale * x``; the process
+    of an env restarts at 0 when its episode ends.
+    """
+
+    def __init__(
+        self,
+        action_space: spaces.Space,
+        *,
+        ou_theta: float = 0.15,
+        ou_sigma: float = 0.2,
+        ou_base_scale: float = 0.1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(action_space, **kwargs)
+        self.ou_theta, self.ou_sigma = float(ou_theta), float(ou_sigma)
+        self.ou_base_scale = float(ou_base_scale)
+        self.state = np.zeros((0, *action_space.shape), dtype=np.float64)
+
+    def noise(self, shape: tuple[int, ...]) -> np.ndarray:
+        if self.state.shape != shape:  # a new batch size (e.g. compute_single_action): start over
+            self.state = np.zeros(shape)
+        self.state += self.ou_theta * -self.state + self.ou_sigma * self.rng.standard_normal(shape)
+        return self.ou_base_scale * self.state
+
+    def on_episodes_done(self, dones: np.ndarray) -> None:
+        if self.state.shape[0] == len(dones):
+            self.state[dones] = 0.0
+
+
+BUILTIN: dict[str, type[Exploration]] = {
+    cls.__name__: cls
+    for cls in (EpsilonGreedy, SoftQ, StochasticSampling, GaussianNoise, OrnsteinUhlenbeckNoise, Random)
+}
+
+
+def exploration_class(spec: Any) -> type[Exploration]:
+    """A class from a class, a built-in name, or ``"package.module:Class"`` (or dotted)."""
+    if isinstance(spec, type):
+        cls = spec
+    elif isinstance(spec, str) and spec in BUILTIN:
+        cls = BUILTIN[spec]
+    elif isinstance(spec, str) and (":" in spec or "." in spec):
+        module_name, _, name = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"exploration_config type {spec!r} cannot be imported: {err}") from None
+    else:
+        raise ValueError(
+            f"unknown exploration_config type {spec!r}; allowed: {', '.join(BUILTIN)}, "
+            "an Exploration subclass, or 'package.module:Class'"
+        )
+    if not (isinstance(cls, type) and issubclass(cls, Exploration)):
+        raise ValueError(f"exploration_config type {spec!r} is not a subclass of rltrainer's Exploration")
+    return cls
+
+
+def check_exploration_config(config: dict[str, Any]) -> type[Exploration]:
+    """The class of an ``exploration_config``; raises ``ValueError`` naming an unknown argument."""
+    cls = exploration_class(config.get("type", "StochasticSampling"))
+    args = {k: v for k, v in config.items() if k != "type"}
+    allowed = _ctor_args(cls)
+    if allowed is not None:
+        unknown = sorted(set(args) - allowed)
+        if unknown:
+            raise ValueError(
+                f"exploration_config: {cls.__name__} has no argument(s) {unknown}; "
+                f"allowed: {', '.join(sorted(allowed)) or 'none'}"
+            )
+    return cls
+
+
+def make_exploration(
+    config: dict[str, Any], action_space: spaces.Space, rng: np.random.Generator | None = None
+) -> Exploration:
+    """The exploration object an ``exploration_config`` describes, for ``action_space``."""
+    cls = check_exploration_config(config)
+    args = {k: v for k, v in config.items() if k != "type"}
+    try:
+        return cls(action_space, rng=rng, **args)
+    except TypeError as err:
+        raise ValueError(f"exploration_config for {cls.__name__}: {err}") from None
+
+
+def _ctor_args(cls: type) -> set[str] | None:
+    """Keyword arguments ``cls`` and its bases accept (``None``: it takes any ``**kwargs``)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object or "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):  # doesn't pass others up: done
+            break
+        if klass is Exploration:
+            break
+    else:
+        return None
+    names -= {"self", "action_space", "rng"}
+    return names
+
+
+__all__ = [
+    "BUILTIN",
+    "EpsilonGreedy",
+    "Exploration",
+    "GaussianNoise",
+    "OrnsteinUhlenbeckNoise",
+    "Random",
+    "SoftQ",
+    "StochasticSampling",
+    "check_exploration_config",
+    "exploration_class",
+    "linear_schedule",
+    "make_exploration",
+]

@@ -1,0 +1,223 @@
+"""The exploration API: schedules, the explore switch, config resolution, custom classes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from rltrainer.algorithms.ppo import PPOConfig
+from rltrainer.core.distributions import ActionDistribution, Categorical, DiagGaussian
+from rltrainer.core.exploration import (
+    EpsilonGreedy,
+    GaussianNoise,
+    OrnsteinUhlenbeckNoise,
+    Random,
+    SoftQ,
+    StochasticSampling,
+    exploration_class,
+    linear_schedule,
+    make_exploration,
+)
+from rltrainer.errors import ConfigError
+
+DISCRETE = spaces.Discrete(4)
+BOX = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+def q_dist(batch: int = 1000, seed: int = 0) -> ActionDistribution:
+    """Q-values whose greedy action is 2 in every row."""
+    inputs = np.tile(np.array([0.0, 1.0, 5.0, 2.0], dtype=np.float32), (batch, 1))
+    return ActionDistribution(Categorical, inputs, np.random.default_rng(seed))
+
+
+def gaussian_dist(batch: int = 1000) -> ActionDistribution:
+    inputs = np.tile(np.array([0.5, -0.25, -1.0, -1.0], dtype=np.float32), (batch, 1))
+    return ActionDistribution(DiagGaussian, inputs, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    ("timestep", "expected"),
+    [(0, 1.0), (50, 1.0), (100, 1.0), (150, 0.55), (200, 0.1), (10_000, 0.1)],
+)
+def test_linear_schedule_with_warmup(timestep, expected):
+    assert linear_schedule(1.0, 0.1, 100, timestep, start=100) == pytest.approx(expected)
+
+
+def test_epsilon_greedy_schedule_and_frequencies():
+    exploration = EpsilonGreedy(
+        DISCRETE,
+        initial_epsilon=1.0,
+        final_epsilon=0.1,
+        epsilon_timesteps=1000,
+        rng=np.random.default_rng(0),
+    )
+    assert exploration.epsilon(0) == 1.0
+    assert exploration.epsilon(500) == pytest.approx(0.55)
+    assert exploration.epsilon(5000) == pytest.approx(0.1)
+    actions, logp = exploration.get_exploration_action(q_dist(20_000), timestep=5000, explore=True)
+    # greedy with probability 1 - eps, plus eps / n when the random action happens to be 2
+    assert np.mean(actions == 2) == pytest.approx(0.9 + 0.1 / 4, abs=0.01)
+    assert np.all(logp == 0)
+    actions, _ = exploration.get_exploration_action(q_dist(20_000), timestep=0, explore=True)
+    assert np.bincount(actions, minlength=4) / 20_000 == pytest.approx([0.25] * 4, abs=0.02)
+    greedy, _ = exploration.get_exploration_action(q_dist(), timestep=0, explore=False)
+    assert np.all(greedy == 2)
+
+
+def test_soft_q_temperature():
+    hot = SoftQ(DISCRETE, temperature=100.0)
+    cold = SoftQ(DISCRETE, temperature=0.01)
+    hot_actions, _ = hot.get_exploration_action(q_dist(20_000), 0, explore=True)
+    cold_actions, _ = cold.get_exploration_action(q_dist(20_000), 0, explore=True)
+    assert len(np.unique(hot_actions)) == 4 and np.mean(hot_actions == 2) < 0.3
+    assert np.all(cold_actions == 2)
+    assert np.all(hot.get_exploration_action(q_dist(), 0, explore=False)[0] == 2)
+
+
+def test_stochastic_sampling_random_timesteps():
+    exploration = StochasticSampling(DISCRETE, random_timesteps=100, rng=np.random.default_rng(1))
+    early, logp = exploration.get_exploration_action(q_dist(20_000), timestep=10, explore=True)
+    assert np.bincount(early, minlength=4) / 20_000 == pytest.approx([0.25] * 4, abs=0.02)
+    late, logp = exploration.get_exploration_action(q_dist(20_000), timestep=100, explore=True)
+    # softmax([0, 1, 5, 2]) puts about 93% on action 2
+    assert np.mean(late == 2) == pytest.approx(np.exp(5) / np.exp([0, 1, 5, 2]).sum(), abs=0.01)
+    assert logp.shape == (20_000,) and np.all(logp < 0)
+
+
+def test_gaussian_noise_random_then_annealed():
+    exploration = GaussianNoise(
+        BOX, random_timesteps=10, stddev=0.5, initial_scale=1.0, final_scale=0.0, scale_timesteps=100
+    )
+    random, _ = exploration.get_exploration_action(gaussian_dist(), timestep=0, explore=True)
+    assert random.min() < -0.9 and random.max() > 0.9  # uniform over [-1, 1]
+    noisy, _ = exploration.get_exploration_action(gaussian_dist(), timestep=10, explore=True)
+    assert noisy[:, 0].std() == pytest.approx(0.5, rel=0.15)  # full scale right after the random phase
+    assert np.all(np.abs(noisy) <= 1.0)
+    assert exploration.scale(60) == pytest.approx(0.5)
+    quiet, _ = exploration.get_exploration_action(gaussian_dist(), timestep=110, explore=True)
+    assert np.allclose(quiet, [0.5, -0.25])
+    greedy, _ = exploration.get_exploration_action(gaussian_dist(), timestep=10, explore=False)
+    assert np.allclose(greedy, [0.5, -0.25])
+
+
+def test_ornstein_uhlenbeck_noise_is_correlated_and_resets():
+    exploration = OrnsteinUhlenbeckNoise(BOX, random_timesteps=0, ou_base_scale=1.0)
+    first, _ = exploration.get_exploration_action(gaussian_dist(4), timestep=0, explore=True)
+    state = exploration.state.copy()
+    assert np.allclose(first, np.clip(np.array([0.5, -0.25]) + state, -1, 1))
+    exploration.get_exploration_action(gaussian_dist(4), timestep=1, explore=True)
+    exploration.on_episodes_done(np.array([True, False, False, False]))
+    assert np.all(exploration.state[0] == 0) and np.any(exploration.state[1] != 0)
+
+
+def test_random_ignores_the_distribution_unless_greedy():
+    exploration = Random(DISCRETE, rng=np.random.default_rng(0))
+    actions, _ = exploration.get_exploration_action(q_dist(20_000), 0, explore=True)
+    assert np.bincount(actions, minlength=4) / 20_000 == pytest.approx([0.25] * 4, abs=0.02)
+    assert np.all(exploration.get_exploration_action(q_dist(), 0, explore=False)[0] == 2)
+
+
+class AlwaysZero(EpsilonGreedy):
+    """A subclass of a built-in with an extra argument."""
+
+    def __init__(self, action_space, *, bias: int = 0, **kwargs):
+        super().__init__(action_space, **kwargs)
+        self.bias = bias
+
+    def get_exploration_action(self, action_distribution, timestep, explore):
+        actions, logp = super().get_exploration_action(action_distribution, timestep, explore)
+        return np.full_like(actions, self.bias) if explore else actions, logp
+
+
+@pytest.mark.parametrize("spec", ["EpsilonGreedy", EpsilonGreedy, "rltrainer.core.exploration:EpsilonGreedy"])
+def test_type_by_name_class_or_import_path(spec):
+    assert exploration_class(spec) is EpsilonGreedy
+
+
+def test_subclass_of_a_builtin_with_its_own_and_inherited_arguments():
+    exploration = make_exploration(
+        {"type": f"{__name__}:AlwaysZero", "bias": 3, "epsilon_timesteps": 10}, DISCRETE
+    )
+    assert isinstance(exploration, AlwaysZero) and exploration.epsilon_timesteps == 10
+    assert np.all(exploration.get_exploration_action(q_dist(), 0, explore=True)[0] == 3)
+
+
+@pytest.mark.parametrize(
+    ("exploration_config", "message"),
+    [
+        (
+            {"type": "EpsilonGreedyy"},
+            "unknown exploration_config type 'EpsilonGreedyy'; allowed: EpsilonGreedy",
+        ),
+        ({"type": "EpsilonGreedy", "epsilon": 0.1}, "has no argument(s) ['epsilon']; allowed:"),
+        ({"type": "no.such.module:Thing"}, "cannot be imported"),
+        ({"type": int}, "not a subclass of rltrainer's Exploration"),
+    ],
+)
+def test_bad_exploration_configs_are_rejected_at_once(exploration_config, message):
+    with pytest.raises(ConfigError, match=None) as err:
+        PPOConfig().exploration(exploration_config=exploration_config)
+    assert message in str(err.value)
+    assert "exploration" in str(err.value)
+
+
+def test_exploration_config_updates_keys_and_replaces_on_a_new_type():
+    config = PPOConfig().exploration(exploration_config={"random_timesteps": 5})
+    assert config.exploration_config == {"type": "StochasticSampling", "random_timesteps": 5}
+    config.exploration(exploration_config={"type": "Random"})
+    assert config.exploration_config == {"type": "Random"}
+    config.exploration(exploration_config={"type": AlwaysZero, "bias": 1})
+    round_trip = PPOConfig.from_dict(config.to_dict())
+    assert round_trip.exploration_config == {"type": f"{__name__}:AlwaysZero", "bias": 1}
+
+
+def test_wrong_space_is_a_config_error_at_build():
+    config = PPOConfig().environment("Pendulum-v1").exploration(exploration_config={"type": "EpsilonGreedy"})
+    with pytest.raises(ConfigError, match="EpsilonGreedy needs a Discrete action space"):
+        config.build()
+
+
+def test_explore_switch_in_compute_single_action(tmp_path):
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .training(train_batch_size=64, minibatch_size=64, num_epochs=1, model={"fcnet_hiddens": [8]})
+        .exploration(
+            explore=False, exploration_config={"type": AlwaysZero, "bias": 1, "epsilon_timesteps": 1}
+        )
+        .reporting(storage_path=str(tmp_path))
+        .debugging(seed=0)
+    )
+    algo = config.build()
+    try:
+        obs = np.zeros(4, dtype=np.float32)
+        greedy = algo.compute_single_action(obs)  # explore=None: the config's explore (False)
+        assert algo.compute_single_action(obs, explore=False) == greedy
+        assert algo.compute_single_action(obs, explore=True) == 1  # an explicit value overrides it
+        assert algo.compute_actions([obs, obs], explore=True).tolist() == [1, 1]
+    finally:
+        algo.stop()
+
+
+def test_evaluation_uses_evaluation_config_exploration(tmp_path):
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .training(train_batch_size=64, minibatch_size=64, num_epochs=1, model={"fcnet_hiddens": [8]})
+        .exploration(exploration_config={"type": "Random"})
+        .evaluation(
+            evaluation_duration=2,
+            evaluation_config={"explore": True, "exploration_config": {"type": AlwaysZero, "bias": 0}},
+        )
+        .reporting(storage_path=str(tmp_path))
+    )
+    algo = config.build()
+    try:
+        algo.evaluate()
+        assert isinstance(algo._eval_runner.policy.exploration, AlwaysZero)
+        assert type(algo.get_policy().exploration).__name__ == "Random"
+        # CartPole always pushed left falls within a few steps
+        assert algo.evaluate()["evaluation"]["episode_len_mean"] < 15
+    finally:
+        algo.stop()
