@@ -215,6 +215,12 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         default=nothing,
         help="continue from the experiment's newest checkpoint (start fresh if there is none)",
     )
+    add(
+        "--resume-from",
+        metavar="CHECKPOINT",
+        default=nothing,
+        help="with --resume: try this checkpoint first (the newest valid one if it does not verify)",
+    )
     add("-v", "--verbose", action="count", default=nothing, help="-v: INFO logs, -vv: DEBUG logs")
 
 
@@ -259,7 +265,16 @@ def _train(args: argparse.Namespace) -> int:
     intro = f"training {config.algo_class.__name__} on {config.env_name}; stopping when {criteria}"
     intro += " (the default; set --stop)" if stop_is_default else ""
     reporter = ProgressReporter(sys.stdout, tty=sys.stdout.isatty(), intro=intro)
-    result = run_experiment(config, stop, reporter=reporter, resume=vars(args).get("resume", False))
+    options = vars(args)
+    if options.get("resume_from") and not options.get("resume"):
+        raise UsageError("--resume-from needs --resume")
+    result = run_experiment(
+        config,
+        stop,
+        reporter=reporter,
+        resume=options.get("resume", False),
+        resume_from=options.get("resume_from"),
+    )
     if result.stopped_by == INTERRUPTED:
         print(f"rltrainer: interrupted after {result.iterations} iteration(s)", file=sys.stderr, flush=True)
     _print_summary(result, stop)

@@ -7,6 +7,11 @@ With ``resume=True`` it continues from the newest valid checkpoint under
 ``<storage_path>/<experiment_name>/`` (any trial folder), writing on into that checkpoint's
 trial folder; with none it starts fresh and says so.
 
+Every iteration (and once more at the end) a small ``progress.json`` is written next to the
+trial folders, ``<storage_path>/<experiment_name>/progress.json``: the iteration, timesteps,
+return, newest checkpoint and env-runner health. It is what the Kubernetes operator reads to
+mirror progress into an RLExperiment's status (see ``PROGRESS_FILE``).
+
 Stop criteria follow Tune's dict form: ``{"training_iteration": 100, "episode_return_mean":
 475}`` stops after the first result where ANY key reaches (``>=``) its threshold.
 """
@@ -14,7 +19,9 @@ Stop criteria follow Tune's dict form: ``{"training_iteration": 100, "episode_re
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import time
 import math
 import numbers
 from pathlib import Path
@@ -25,7 +32,7 @@ from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.checkpoint_store import list_checkpoints
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.results import flatten
-from rltrainer.storage import is_remote
+from rltrainer.storage import is_remote, open_storage
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +41,9 @@ DEFAULT_STOP: dict[str, float] = {"training_iteration": 100}
 
 #: ``ExperimentResult.stopped_by`` when training ended by Ctrl-C (KeyboardInterrupt).
 INTERRUPTED = "interrupted"
+
+#: The progress object's name, directly under the experiment folder.
+PROGRESS_FILE = "progress.json"
 
 
 class Reporter(Protocol):
@@ -105,10 +115,13 @@ def run_experiment(
     stop: dict[str, Any],
     reporter: Reporter | None = None,
     resume: bool = False,
+    resume_from: str | None = None,
 ) -> ExperimentResult:
     """Build the algorithm, train until ``stop`` (or Ctrl-C), save if ``checkpoint_at_end``.
 
     ``resume``: first restore the newest checkpoint of the experiment (see the module doc).
+    ``resume_from``: with ``resume``, try this checkpoint first (the newest valid one is the
+    fallback when it does not verify).
 
     ``checkpoint_frequency`` checkpoints are written by ``Algorithm.train()``. A Ctrl-C
     (``KeyboardInterrupt``) during training ends the run like a stop criterion, with
@@ -129,9 +142,10 @@ def run_experiment(
     checkpointed_iteration = 0
     stopped_by: str | None = None
     resumed_from: str | None = None
+    progress = ProgressWriter(algo)
     try:
         if resume:
-            resumed_from = _resume(algo, reporter)
+            resumed_from = _resume(algo, reporter, resume_from)
             if resumed_from is not None:
                 # A run resumed after it finished stops at once instead of training one more iteration.
                 checkpoint_path, checkpointed_iteration = resumed_from, algo.counters.training_iteration
@@ -151,6 +165,7 @@ def run_experiment(
                 if reporter is not None:
                     reporter.on_result(last_result)
                 stopped_by = reached_stop(last_result, criteria)
+                progress.write(last_result, checkpoint_path)
         except KeyboardInterrupt:
             stopped_by = INTERRUPTED
             logger.info("interrupted after %d iteration(s)", algo.counters.training_iteration)
@@ -159,6 +174,8 @@ def run_experiment(
         if config.checkpoint_at_end and iterations > checkpointed_iteration:
             checkpoint_path = algo.save()
             logger.info("saved checkpoint %s at the end", checkpoint_path)
+        if stopped_by != INTERRUPTED and last_result is not None:
+            progress.write(last_result, checkpoint_path, finished_by=stopped_by)
         return ExperimentResult(last_result, iterations, checkpoint_path, location, stopped_by, resumed_from)
     finally:
         algo.stop()
@@ -176,21 +193,59 @@ def _restored_state(algo: Algorithm) -> dict[str, Any]:
     }
 
 
-def _resume(algo: Algorithm, reporter: Reporter | None) -> str | None:
+class ProgressWriter:
+    """Writes ``progress.json`` under the experiment folder (see the module doc).
+
+    A failed write is logged and skipped: progress is for observers, never a reason to stop
+    training (the checkpoints are what must not be lost).
+    """
+
+    def __init__(self, algo: Algorithm) -> None:
+        self.algo = algo
+        self.storage = open_storage(algo.experiment_uri, algo.config.storage_options)
+
+    def write(self, result: dict[str, Any], checkpoint: str | None, finished_by: str | None = None) -> None:
+        flat = flatten(result)
+        progress = {
+            "iteration": flat.get("training_iteration"),
+            "timesteps": flat.get("timesteps_total"),
+            "episode_return_mean": _finite_or_none(flat.get("episode_return_mean")),
+            "last_checkpoint": checkpoint,
+            "num_healthy_env_runners": flat.get("num_healthy_env_runners"),
+            "num_env_runner_restarts": flat.get("num_env_runner_restarts"),
+            "trial": str(self.algo.trial_uri),
+            "finished": finished_by is not None,
+            "stopped_by": finished_by,
+            "updated_at": time.time(),
+        }
+        try:
+            self.storage.write_bytes(PROGRESS_FILE, json.dumps(progress).encode())
+        except Exception as err:  # noqa: BLE001 - observers only; training goes on
+            logger.warning("could not write %s: %s", PROGRESS_FILE, err)
+
+
+def _finite_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, numbers.Real) and math.isfinite(value) else None
+
+
+def _resume(algo: Algorithm, reporter: Reporter | None, first: str | None = None) -> str | None:
     """Restore the newest checkpoint under the experiment folder that verifies; its URI, or None.
 
-    A checkpoint whose files fail verification is skipped with a warning (the next older one
-    is tried), so one damaged upload cannot block a restart.
+    ``first`` (a checkpoint URI) is tried before the listing. A checkpoint whose files fail
+    verification is skipped with a warning (the next older one is tried), so one damaged
+    upload cannot block a restart.
     """
     resumed = None
-    for info in reversed(list_checkpoints(algo.experiment_uri, algo.config.storage_options)):
+    listed = [info.uri for info in list_checkpoints(algo.experiment_uri, algo.config.storage_options)]
+    candidates = ([first] if first else []) + [uri for uri in reversed(listed) if uri != first]
+    for uri in candidates:
         try:
-            algo.resume_from(info.uri)
+            algo.resume_from(uri)
         except CheckpointError as err:
-            logger.warning("resume: skipping %s: %s", info.uri, err)
+            logger.warning("resume: skipping %s: %s", uri, err)
             continue
-        resumed = info.uri
-        logger.info("resumed from %s (iteration %d)", info.uri, info.iteration)
+        resumed = uri
+        logger.info("resumed from %s (iteration %d)", uri, algo.counters.training_iteration)
         break
     if resumed is None:
         logger.warning("resume: no valid checkpoint under %s; starting fresh", algo.experiment_uri)
@@ -203,7 +258,9 @@ def _resume(algo: Algorithm, reporter: Reporter | None) -> str | None:
 __all__ = [
     "DEFAULT_STOP",
     "INTERRUPTED",
+    "PROGRESS_FILE",
     "ExperimentResult",
+    "ProgressWriter",
     "Reporter",
     "canonical_stop_key",
     "reached_stop",

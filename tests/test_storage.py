@@ -261,6 +261,35 @@ def test_resume_continues_from_the_newest_checkpoint(backend, tmp_path, s3_endpo
     assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_progress_object_tracks_each_iteration_and_the_end(backend, tmp_path, s3_endpoint, s3_root):
+    root = str(tmp_path) if backend == "local" else s3_root
+    config = tiny_config(root, s3_endpoint if backend == "s3" else None, checkpoint_frequency=2)
+    config.checkpointing(checkpoint_at_end=True)
+    result = run_experiment(config, {"training_iteration": 3})
+    storage = open_storage(f"{root}/exp", config.storage_options)
+    progress = json.loads(storage.read_bytes("progress.json"))
+    assert progress["iteration"] == 3
+    assert progress["timesteps"] == result.last_result["timesteps_total"]
+    assert progress["last_checkpoint"] == result.checkpoint_path  # the one saved at the end
+    assert progress["finished"] is True and progress["stopped_by"] == "training_iteration"
+    assert progress["trial"] == str(result.trial_dir)
+    assert progress["num_healthy_env_runners"] == 0
+
+
+def test_resume_from_tries_the_given_checkpoint_first(tmp_path):
+    config = tiny_config(str(tmp_path), checkpoint_frequency=1)
+    first = run_experiment(config.copy(), {"training_iteration": 3})
+    checkpoints = [info.uri for info in list_checkpoints(f"{tmp_path}/exp")]
+    again = run_experiment(config.copy(), {"training_iteration": 4}, resume=True, resume_from=checkpoints[1])
+    assert again.resumed_from == checkpoints[1]
+    assert again.last_result["training_iteration"] == 4  # 2 + 2 more: it really started from iteration 2
+    # A checkpoint that does not exist (or verify) falls back to the newest valid one.
+    missing = f"{first.trial_dir}/checkpoint_000099"
+    fallback = run_experiment(config.copy(), {"training_iteration": 5}, resume=True, resume_from=missing)
+    assert fallback.resumed_from == f"{first.trial_dir}/checkpoint_000004"
+
+
 def test_resuming_a_finished_run_stops_without_training(tmp_path):
     config = tiny_config(str(tmp_path), checkpoint_frequency=1)
     first = run_experiment(config.copy(), {"training_iteration": 2})

@@ -1,0 +1,6 @@
+"""rltrainer's Kubernetes operator (imported as ``rltrainer_operator``; ``operator`` is a stdlib name).
+
+Layers (STYLE.md): ``handlers`` (thin kopf functions) call ``reconciler`` (the experiment's
+state machine, pure), which asks ``builders`` for manifests and acts through ``kube`` (the only
+module that talks to the Kubernetes API) and ``ray_jobs`` (Ray's job submission REST API).
+"""

@@ -1,0 +1,56 @@
+"""The operator's settings: one class, read from environment variables (set by the Helm chart)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+from rltrainer_operator.models import DEFAULT_RAY_VERSION
+
+PREFIX = "RLTRAINER_OPERATOR_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob, with its environment variable ``RLTRAINER_OPERATOR_<NAME upper-cased>``."""
+
+    default_image: str = f"rayproject/ray:{DEFAULT_RAY_VERSION}-py311"
+    """Trainer image for experiments that set no ``spec.image``."""
+    poll_interval_s: float = 10.0
+    """How often each experiment's job, cluster and progress are checked."""
+    provision_timeout_s: float = 600.0
+    """A cluster not ready after this long counts as lost (restart, up to backoffLimit)."""
+    backoff_base_s: float = 10.0
+    """First restart delay; doubles per restart."""
+    backoff_max_s: float = 300.0
+    """Longest restart delay."""
+    metrics_port: int = 8081
+    """Prometheus metrics on this port (0: off). Liveness is kopf's ``--liveness`` endpoint."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics server binds (the chart sets 0.0.0.0 inside the pod)."""
+    s3_endpoint_url: str = ""
+    """S3 endpoint for experiments whose spec.storage sets none (MinIO etc.; empty: AWS)."""
+    s3_region: str = ""
+    """S3 region for experiments whose spec.storage sets none."""
+    dashboard_port: int = 8265
+    """The Ray dashboard (job API) port on the head service."""
+    cluster_domain: str = "cluster.local"
+    """The cluster's DNS domain, for ``<head-svc>.<namespace>.svc.<domain>``."""
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        """Settings from ``RLTRAINER_OPERATOR_*`` variables; a malformed value is an error naming it."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for field in fields(cls):
+            name = PREFIX + field.name.upper()
+            if name not in environ:
+                continue
+            kind = type(field.default)
+            try:
+                values[field.name] = kind(environ[name])
+            except ValueError:
+                raise ValueError(
+                    f"{name}={environ[name]!r} is not a valid {kind.__name__}"
+                ) from None
+        return cls(**values)
