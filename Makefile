@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean crds
 
 install: $(STAMP)
 
@@ -31,6 +31,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check rltrainer tests bench
 	$(BIN)/ruff format --check rltrainer tests bench
+
+# The RLExperiment CRD in crds/, generated from operator/rltrainer_operator/models.py.
+crds: $(STAMP)
+	$(BIN)/python -m rltrainer_operator.crd
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(DEMO_DIR)

@@ -1,0 +1,237 @@
+"""Is an ``RLExperiment`` body runnable? The models' checks, then what a schema cannot know.
+
+``validate_experiment`` parses the body with the pydantic models (the same rules the CRD's
+schema gives the API server) and then checks with rltrainer itself: the algorithm's ``config``
+keys and values, the ``stop`` keys, and that ``config`` leaves alone what the spec owns
+(replicas, resources, storage, checkpointing, fault tolerance, the env). Every problem is an
+``InvalidSpec`` naming the field. Pure: no API calls, and nothing from the trainer image is
+imported (a custom exploration class is checked by the driver, where it lives).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, get_args
+
+from pydantic import BaseModel, ValidationError
+
+from rltrainer.algorithms.algorithm_config import ALIASES
+from rltrainer.algorithms.registry import get_algorithm_class
+from rltrainer.errors import ConfigError
+from rltrainer_operator.models import (
+    NAME_PATTERN,
+    QUANTITY_PATTERN,
+    RAY_VERSION_PATTERN,
+    REGION_PATTERN,
+    S3_URI_PATTERN,
+    URL_PATTERN,
+    ExperimentSpec,
+    RLExperiment,
+    field_path,
+)
+
+#: Config keys (rltrainer's names; RLlib's older aliases map onto them) that the spec sets.
+OWNED_CONFIG_KEYS: dict[str, str] = {
+    "env": "spec.env",
+    "env_config": "spec.envConfig",
+    "num_env_runners": "spec.rollouts.replicas",
+    "num_envs_per_env_runner": "spec.rollouts.envsPerRunner",
+    "num_cpus_per_env_runner": "spec.rollouts.cpusPerRunner",
+    "num_gpus_per_env_runner": "spec.learners.gpusPerLearner (rollout pods have no GPUs)",
+    "custom_resources_per_env_runner": "spec.rollouts (the operator ties env runners to rollout pods)",
+    "num_learners": "spec.learners.replicas",
+    "num_gpus_per_learner": "spec.learners.gpusPerLearner",
+    "num_cpus_per_learner": "spec.learners.cpusPerLearner",
+    "custom_resources_per_learner": "spec.learners (the operator ties learners to learner pods)",
+    "num_gpus": "spec.learners.gpusPerLearner (the head has no GPU)",
+    "storage_path": "spec.checkpoint.uri",
+    "storage_options": "spec.storage",
+    "experiment_name": "metadata.name",
+    "checkpoint_frequency": "spec.checkpoint.frequency",
+    "checkpoint_at_end": "spec.checkpoint.atEnd",
+    "num_to_keep": "spec.checkpoint.numToKeep",
+    "restart_failed_env_runners": "spec.faultTolerance.restartFailedEnvRunners",
+    "max_num_env_runner_restarts": "spec.faultTolerance.maxEnvRunnerRestarts",
+    "placement_timeout_s": "the operator (its provision timeout: worker pods may still be starting)",
+}
+
+#: What the models' patterns mean, for messages.
+_PATTERNS = {
+    S3_URI_PATTERN: "an s3://bucket or s3://bucket/prefix URI with a lower-case, DNS-compatible bucket name",
+    QUANTITY_PATTERN: "a Kubernetes quantity such as 4Gi, 500m or 2",
+    NAME_PATTERN: "a lower-case DNS name (a-z, 0-9, '-', '.')",
+    URL_PATTERN: "an http:// or https:// URL",
+    REGION_PATTERN: "a region name such as us-east-1",
+    RAY_VERSION_PATTERN: "a Ray version such as 2.60.0",
+}
+#: pydantic's bound errors -> the comparison they ask for.
+_BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+
+
+class InvalidSpec(ValueError):  # noqa: N818 (the condition reason it becomes)
+    """An ``RLExperiment`` that cannot run as written; ``str()`` is one line naming the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+def validate_experiment(body: Mapping[str, Any]) -> RLExperiment:
+    """The body as the models, or ``InvalidSpec`` for its first problem."""
+    try:
+        experiment = RLExperiment.model_validate(body)
+    except ValidationError as err:
+        raise _invalid_from_pydantic(err) from None
+    spec = experiment.spec
+    _check_json("spec.envConfig", spec.envConfig)
+    _check_json("spec.config", spec.config)
+    _check_config(spec)
+    _check_stop(spec)
+    return experiment
+
+
+def _check_config(spec: ExperimentSpec) -> None:
+    """Each ``config`` key through rltrainer's own validation, then the config as a whole."""
+    config = get_algorithm_class(spec.algorithm).config_class()
+    fields = type(config).model_fields
+    with _logger_level_kept():  # setting log_level changes the process's rltrainer logger
+        for key, value in spec.config.items():
+            path = f"spec.config.{key}"
+            name = ALIASES.get(key, key)
+            if name in OWNED_CONFIG_KEYS:
+                alias = f" (RLlib's name for {name})" if name != key else ""
+                raise InvalidSpec(path, f"is set by {OWNED_CONFIG_KEYS[name]}{alias}: remove it from config")
+            if name not in fields:
+                allowed = sorted(set(fields) - set(OWNED_CONFIG_KEYS) - {"framework_str"})
+                hint = difflib.get_close_matches(key, allowed, n=1)
+                suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise InvalidSpec(
+                    path, f"unknown {spec.algorithm} config key{suggestion}; allowed: {', '.join(allowed)}"
+                )
+            if _names_a_class_in_the_image(name, value):
+                continue
+            try:
+                config.update_from_dict({key: value})
+            except ConfigError as err:
+                raise InvalidSpec(path, _without_section(str(err))) from None
+        try:
+            config.environment(env=spec.env, env_config=spec.envConfig)
+            config.validate()
+        except ConfigError as err:
+            raise InvalidSpec("spec.config", _without_section(str(err))) from None
+
+
+def _check_stop(spec: ExperimentSpec) -> None:
+    """Stop keys must be results the algorithm reports (rltrainer's ``resolve_stop``)."""
+    from rltrainer.experiment import resolve_stop
+
+    algo_class = get_algorithm_class(spec.algorithm)
+    for key, value in spec.stop.items():
+        if math.isnan(value):
+            raise InvalidSpec(f"spec.stop.{key}", "must be a number, got NaN")
+        try:
+            resolve_stop({key: value}, algo_class)
+        except ConfigError as err:
+            raise InvalidSpec(f"spec.stop.{key}", str(err)) from None
+
+
+def _check_json(path: str, value: dict[str, Any]) -> None:
+    """The driver receives these as JSON: no NaN, no infinities, nothing JSON has no type for."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise InvalidSpec(
+            path, f"must be plain JSON (strings, numbers, booleans, lists, maps): {err}"
+        ) from None
+
+
+def _names_a_class_in_the_image(name: str, value: Any) -> bool:
+    """``exploration_config: {type: "pkg.module:Class"}`` names code in the trainer image:
+    importing it here would run a user's module in the operator (and fail where it is absent)."""
+    kind = value.get("type") if name == "exploration_config" and isinstance(value, dict) else None
+    return isinstance(kind, str) and (":" in kind or "." in kind)
+
+
+def _without_section(message: str) -> str:
+    """rltrainer's ``"config(): unknown key ..."`` -> ``"unknown key ..."`` (the path says where)."""
+    head, sep, rest = message.partition("(): ")
+    return rest if sep and head.isidentifier() else message
+
+
+@contextmanager
+def _logger_level_kept() -> Iterator[None]:
+    logger = logging.getLogger("rltrainer")
+    level = logger.level
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# --- pydantic errors as one line ------------------------------------------------------------
+
+
+def _invalid_from_pydantic(err: ValidationError) -> InvalidSpec:
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(first["loc"])
+    message = _error_message(first)
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return InvalidSpec(field_path(loc) or "body", message)
+
+
+def _error_message(error: Mapping[str, Any]) -> str:
+    kind, loc, ctx = error["type"], tuple(error["loc"]), error.get("ctx") or {}
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        allowed = _fields_at(loc[:-1])
+        return "unknown field" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+    if kind == "value_error" and "error" in ctx:
+        return str(ctx["error"])
+    if kind in _BOUNDS:
+        bound = next(iter(ctx.values()))
+        return f"must be {_BOUNDS[kind]} {bound} (got {_short(error['input'])})"
+    if kind == "string_pattern_mismatch":
+        wanted = _PATTERNS.get(ctx.get("pattern"), f"a string matching {ctx.get('pattern')}")
+        return f"must be {wanted} (got {_short(error['input'])})"
+    text = error["msg"]
+    for noun in ("Input", "String", "Value", "Dictionary", "List"):
+        if text.startswith(f"{noun} should "):
+            text = "must " + text[len(noun) + len(" should ") :]
+            break
+    return f"{text} (got {_short(error['input'])})"
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model at ``loc`` (``("spec", "rollouts")`` -> Rollouts' fields)."""
+    model: type[BaseModel] | None = RLExperiment
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if model else None
+        model = _model_in(field.annotation) if field else None
+    return list(model.model_fields) if model else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model class in ``Model``, ``Model | None`` or ``list[Model]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        model = _model_in(arg)
+        if model is not None:
+            return model
+    return None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

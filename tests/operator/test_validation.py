@@ -1,0 +1,352 @@
+"""Spec validation: bad manifests are rejected by the CRD's schema or by ``validate_experiment``.
+
+Each row of ``INVALID`` says which layer must catch it: ``schema`` rows are rejected by the
+API server (``crd_errors``) *and* by the operator's models (one source of truth, the same
+rules); ``operator`` rows pass the schema (it cannot know rltrainer's config keys or result
+names) and are rejected by ``validate_experiment`` with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from rltrainer.algorithms.algorithm_config import ALIASES, AlgorithmConfig
+from rltrainer_operator.models import ExperimentSpec
+from rltrainer_operator.validation import OWNED_CONFIG_KEYS, InvalidSpec, validate_experiment
+
+try:
+    from .test_crd import crd_errors, load_manifest  # tests/operator is a package
+except ImportError:
+    from test_crd import crd_errors, load_manifest  # pytest's rootdir-relative import
+
+DELETE = object()
+
+
+def patched(patch: dict[str, Any], base: str = "minimal.yaml") -> dict[str, Any]:
+    """``base`` with ``patch`` merged into its spec (``DELETE`` removes a key)."""
+    manifest = load_manifest(base)
+
+    def merge(target: dict[str, Any], changes: dict[str, Any]) -> None:
+        for key, value in changes.items():
+            if value is DELETE:
+                target.pop(key, None)
+            elif isinstance(value, dict) and isinstance(target.get(key), dict):
+                merge(target[key], value)
+            else:
+                target[key] = copy.deepcopy(value)
+
+    merge(manifest["spec"], patch)
+    return manifest
+
+
+SCHEMA, OPERATOR = "schema", "operator"
+
+# id, spec patch, layer, expected field path, expected message fragment (validate_experiment's)
+INVALID = [
+    ("unknown-algorithm", {"algorithm": "A2Z"}, SCHEMA, "spec.algorithm", "unknown algorithm 'A2Z'"),
+    ("missing-algorithm", {"algorithm": DELETE}, SCHEMA, "spec.algorithm", "is required"),
+    ("missing-env", {"env": DELETE}, SCHEMA, "spec.env", "is required"),
+    ("empty-env", {"env": ""}, SCHEMA, "spec.env", "at least 1 character"),
+    ("missing-checkpoint", {"checkpoint": DELETE}, SCHEMA, "spec.checkpoint", "is required"),
+    ("bad-s3-uri", {"checkpoint": {"uri": "https://bucket/x"}}, SCHEMA, "spec.checkpoint.uri", "s3://bucket"),
+    (
+        "s3-uri-bad-bucket",
+        {"checkpoint": {"uri": "s3://My_Bucket/x"}},
+        SCHEMA,
+        "spec.checkpoint.uri",
+        "s3://",
+    ),
+    (
+        "negative-checkpoint-frequency",
+        {"checkpoint": {"frequency": -1}},
+        SCHEMA,
+        "spec.checkpoint.frequency",
+        ">= 0",
+    ),
+    ("zero-num-to-keep", {"checkpoint": {"numToKeep": 0}}, SCHEMA, "spec.checkpoint.numToKeep", ">= 1"),
+    ("negative-rollout-replicas", {"rollouts": {"replicas": -1}}, SCHEMA, "spec.rollouts.replicas", ">= 0"),
+    (
+        "gpus-on-rollouts",
+        {"rollouts": {"gpusPerRunner": 1}},
+        SCHEMA,
+        "spec.rollouts.gpusPerRunner",
+        "unknown field",
+    ),
+    (
+        "zero-cpus-per-runner",
+        {"rollouts": {"cpusPerRunner": 0}},
+        SCHEMA,
+        "spec.rollouts.cpusPerRunner",
+        ">= 1",
+    ),
+    ("too-many-gpus", {"learners": {"gpusPerLearner": 9}}, SCHEMA, "spec.learners.gpusPerLearner", "<= 8"),
+    (
+        "gpus-without-learners",
+        {"learners": {"replicas": 0, "gpusPerLearner": 1}},
+        SCHEMA,
+        "spec.learners",
+        "gpusPerLearner needs replicas >= 1",
+    ),
+    ("bad-memory", {"learners": {"memory": "lots"}}, SCHEMA, "spec.learners.memory", "Kubernetes quantity"),
+    ("fractional-cpu-number", {"head": {"cpu": 1.5}}, SCHEMA, "spec.head.cpu", "valid string"),
+    (
+        "bad-toleration-effect",
+        {"learners": {"tolerations": [{"key": "a", "effect": "Sometimes"}]}},
+        SCHEMA,
+        "spec.learners.tolerations[0].effect",
+        "'NoSchedule', 'PreferNoSchedule' or 'NoExecute'",
+    ),
+    (
+        "toleration-without-key",
+        {"rollouts": {"tolerations": [{"operator": "Equal", "value": "x"}]}},
+        SCHEMA,
+        "spec.rollouts.tolerations[0]",
+        "empty key needs operator Exists",
+    ),
+    (
+        "toleration-exists-with-value",
+        {"rollouts": {"tolerations": [{"key": "a", "operator": "Exists", "value": "x"}]}},
+        SCHEMA,
+        "spec.rollouts.tolerations[0]",
+        "operator Exists takes no value",
+    ),
+    (
+        "unknown-spec-field",
+        {"replicas": 3},
+        SCHEMA,
+        "spec.replicas",
+        "unknown field; allowed: algorithm, env",
+    ),
+    (
+        "negative-backoff-limit",
+        {"faultTolerance": {"backoffLimit": -1}},
+        SCHEMA,
+        "spec.faultTolerance.backoffLimit",
+        ">= 0",
+    ),
+    ("zero-deadline", {"activeDeadlineSeconds": 0}, SCHEMA, "spec.activeDeadlineSeconds", ">= 1"),
+    ("no-stop-criteria", {"stop": {}}, SCHEMA, "spec.stop", "at least 1 item"),
+    ("empty-stop-key", {"stop": {"": 10}}, SCHEMA, "spec.stop", "stop keys must be non-empty"),
+    (
+        "stop-value-not-a-number",
+        {"stop": {"training_iteration": "ten"}},
+        SCHEMA,
+        "spec.stop.training_iteration",
+        "number",
+    ),
+    (
+        "secret-ref-without-name",
+        {"storage": {"credentialsSecretRef": {}}},
+        SCHEMA,
+        "spec.storage.credentialsSecretRef.name",
+        "is required",
+    ),
+    (
+        "bad-endpoint-url",
+        {"storage": {"endpointURL": "minio:9000"}},
+        SCHEMA,
+        "spec.storage.endpointURL",
+        "http:// or https:// URL",
+    ),
+    ("bad-ray-version", {"rayVersion": "latest"}, SCHEMA, "spec.rayVersion", "a Ray version such as 2.60.0"),
+    ("config-not-a-map", {"config": ["lr", 0.1]}, SCHEMA, "spec.config", "valid dictionary"),
+    (
+        "unknown-config-key",
+        {"config": {"learning_rate": 0.1}},
+        OPERATOR,
+        "spec.config.learning_rate",
+        "unknown PPO config key",
+    ),
+    (
+        "misspelled-config-key",
+        {"config": {"gama": 0.9}},
+        OPERATOR,
+        "spec.config.gama",
+        "did you mean 'gamma'?",
+    ),
+    (
+        "config-bad-value",
+        {"config": {"gamma": 2.0}},
+        OPERATOR,
+        "spec.config.gamma",
+        "less than or equal to 1",
+    ),
+    (
+        "config-wrong-type",
+        {"config": {"train_batch_size": "big"}},
+        OPERATOR,
+        "spec.config.train_batch_size",
+        "valid integer",
+    ),
+    (
+        "config-inconsistent",
+        {"config": {"minibatch_size": 8192}},
+        OPERATOR,
+        "spec.config",
+        "minibatch_size (8192) must be <= train_batch_size",
+    ),
+    (
+        "config-owns-env-runners",
+        {"config": {"num_env_runners": 4}},
+        OPERATOR,
+        "spec.config.num_env_runners",
+        "spec.rollouts.replicas",
+    ),
+    (
+        "config-owns-rllib-alias",
+        {"config": {"num_workers": 4}},
+        OPERATOR,
+        "spec.config.num_workers",
+        "spec.rollouts.replicas",
+    ),
+    (
+        "config-owns-learner-gpus",
+        {"config": {"num_gpus_per_learner": 1}},
+        OPERATOR,
+        "spec.config.num_gpus_per_learner",
+        "spec.learners.gpusPerLearner",
+    ),
+    (
+        "config-owns-storage",
+        {"config": {"storage_path": "s3://b/p"}},
+        OPERATOR,
+        "spec.config.storage_path",
+        "spec.checkpoint.uri",
+    ),
+    ("config-owns-env", {"config": {"env": "Pendulum-v1"}}, OPERATOR, "spec.config.env", "spec.env"),
+    (
+        "config-unknown-exploration",
+        {"config": {"exploration_config": {"type": "Curiosity"}}},
+        OPERATOR,
+        "spec.config.exploration_config",
+        "unknown exploration_config type 'Curiosity'",
+    ),
+    (
+        "unknown-stop-key",
+        {"stop": {"reward": 100}},
+        OPERATOR,
+        "spec.stop.reward",
+        "unknown stop key 'reward'",
+    ),
+    ("env-config-not-json", {"envConfig": {"scale": math.inf}}, OPERATOR, "spec.envConfig", "plain JSON"),
+]
+
+
+@pytest.mark.parametrize(
+    ("patch", "layer", "path", "fragment"), [pytest.param(*row[1:], id=row[0]) for row in INVALID]
+)
+def test_invalid_manifests_are_rejected(patch, layer, path, fragment):
+    manifest = patched(patch)
+    with pytest.raises(InvalidSpec) as caught:
+        validate_experiment(manifest)
+    assert caught.value.field == path
+    assert fragment in caught.value.message
+    assert str(caught.value) == f"{path}: {caught.value.message}"
+    assert "\n" not in str(caught.value)
+
+    api_server = crd_errors(manifest)
+    if layer == SCHEMA:  # rejected where the operator's field is, or above it (a missing or unknown key)
+        assert any(path.startswith(where) for where, _ in api_server), api_server
+    else:
+        assert api_server == []
+
+
+def test_there_are_at_least_twenty_invalid_manifests():
+    assert len(INVALID) >= 20
+    assert len({row[0] for row in INVALID}) == len(INVALID)
+
+
+@pytest.mark.parametrize("name", ["minimal.yaml", "full.yaml"])
+def test_valid_manifests_are_accepted(name):
+    manifest = load_manifest(name)
+    experiment = validate_experiment(manifest)
+    assert experiment.spec.env == manifest["spec"]["env"]
+    assert crd_errors(manifest) == []
+
+
+def _unset_fields(model: type[BaseModel], values: dict[str, Any], path: str) -> list[str]:
+    missing = []
+    for name, field in model.model_fields.items():
+        if name not in values:
+            missing.append(f"{path}.{name}")
+            continue
+        nested = next(
+            (a for a in (field.annotation, *getattr(field.annotation, "__args__", ())) if _is_model(a)), None
+        )
+        if nested is not None and isinstance(values[name], dict):
+            missing += _unset_fields(nested, values[name], f"{path}.{name}")
+    return missing
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def test_full_manifest_sets_every_spec_field():
+    assert _unset_fields(ExperimentSpec, load_manifest("full.yaml")["spec"], "spec") == []
+
+
+def test_minimal_manifest_gets_the_defaults():
+    spec = validate_experiment(load_manifest("minimal.yaml")).spec
+    assert spec.stop == {"training_iteration": 100}
+    assert (spec.rollouts.replicas, spec.learners.replicas, spec.learners.gpusPerLearner) == (2, 1, 0)
+    assert spec.storage.credentialsSecretRef is None
+    assert spec.checkpoint.atEnd is True
+
+
+def test_int_quantities_read_as_strings():
+    spec = validate_experiment(patched({"head": {"cpu": 4}, "learners": {"memory": 8}})).spec
+    assert (spec.head.cpu, spec.learners.memory) == ("4", "8")
+
+
+def test_rllib_spellings_of_stop_keys_and_config_keys_are_accepted():
+    manifest = patched(
+        {"stop": {"env_runners/episode_reward_mean": 200}, "config": {"lambda": 0.9, "num_sgd_iter": 5}}
+    )
+    validate_experiment(manifest)
+
+
+@pytest.mark.parametrize(
+    "key",
+    sorted(OWNED_CONFIG_KEYS) + sorted(alias for alias, name in ALIASES.items() if name in OWNED_CONFIG_KEYS),
+)
+def test_every_config_key_the_spec_owns_is_rejected_with_a_pointer(key):
+    name = ALIASES.get(key, key)
+    with pytest.raises(InvalidSpec) as caught:
+        validate_experiment(patched({"config": {key: 1}}))
+    assert caught.value.field == f"spec.config.{key}"
+    assert caught.value.message.startswith(f"is set by {OWNED_CONFIG_KEYS[name]}")
+
+
+def test_owned_keys_are_real_config_keys():
+    assert set(OWNED_CONFIG_KEYS) <= set(AlgorithmConfig.model_fields)
+
+
+def test_a_custom_exploration_class_is_left_to_the_driver():
+    """It lives in the trainer image: the operator must not import it."""
+    config = {"exploration_config": {"type": "my_project.exploration:Curious", "beta": 0.2}}
+    validate_experiment(patched({"config": config}))
+
+
+def test_validation_leaves_the_rltrainer_logger_alone():
+    logger = logging.getLogger("rltrainer")
+    before = logger.level
+    validate_experiment(patched({"config": {"log_level": "DEBUG"}}))
+    assert logger.level == before
+
+
+def test_a_body_without_spec_names_spec():
+    with pytest.raises(InvalidSpec, match=r"^spec: is required$"):
+        validate_experiment({"apiVersion": "rltrainer.io/v1alpha1", "kind": "RLExperiment", "metadata": {}})
+
+
+def test_several_problems_are_counted_on_one_line():
+    with pytest.raises(InvalidSpec) as caught:
+        validate_experiment(patched({"rollouts": {"replicas": -1, "cpusPerRunner": 0}}))
+    assert caught.value.message.endswith("(and 1 more problem)")
