@@ -351,6 +351,10 @@ class ExperimentStatus(_Model):
     """The newest checkpoint (s3:// URI)."""
     restarts: int = 0
     """Times the experiment was restarted (failed job or lost cluster)."""
+    envRunnerRestarts: int | None = None
+    """Env runners the current driver recreated after they failed (the job went on)."""
+    healthyEnvRunners: int | None = None
+    """Env runners the current driver has that answer."""
     startTime: str | None = None
     """When the experiment first started provisioning (RFC 3339)."""
     completionTime: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
-from rltrainer_operator.models import DEFAULT_RAY_VERSION
+from rltrainer import __version__
 
 PREFIX = "RLTRAINER_OPERATOR_"
 
@@ -14,8 +14,8 @@ PREFIX = "RLTRAINER_OPERATOR_"
 class Settings:
     """Every knob, with its environment variable ``RLTRAINER_OPERATOR_<NAME upper-cased>``."""
 
-    default_image: str = f"rayproject/ray:{DEFAULT_RAY_VERSION}-py311"
-    """Trainer image for experiments that set no ``spec.image``."""
+    default_image: str = f"rltrainer/trainer:{__version__}"
+    """Trainer image (images/trainer: Ray + rltrainer) for experiments that set no ``spec.image``."""
     poll_interval_s: float = 10.0
     """How often each experiment's job, cluster and progress are checked."""
     provision_timeout_s: float = 600.0
@@ -50,7 +50,5 @@ class Settings:
             try:
                 values[field.name] = kind(environ[name])
             except ValueError:
-                raise ValueError(
-                    f"{name}={environ[name]!r} is not a valid {kind.__name__}"
-                ) from None
+                raise ValueError(f"{name}={environ[name]!r} is not a valid {kind.__name__}") from None
         return cls(**values)

@@ -131,7 +131,7 @@ class KubeAPI(kmock.KubernetesEmulator):
         if action == enums.action.UPDATE and isinstance(request.data, dict):
             async with self._lock:
                 key = (resource, request.namespace, request.name)
-                current = self.objects[key] if key in self.objects else None
+                current = self.objects[key] if key in self.objects else None  # noqa: SIM401 - no .get()
                 current = None if current is None or current.deleted else copy.deepcopy(current.raw)
             if current is None:
                 return request  # kmock answers 404

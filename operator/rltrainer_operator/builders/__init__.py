@@ -1,0 +1,1 @@
+"""Pure manifest builders: an experiment (and settings) in, a dict out. No API calls."""

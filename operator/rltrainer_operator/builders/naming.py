@@ -1,0 +1,41 @@
+"""Names and labels the operator derives from an experiment: deterministic, so a restarted
+operator finds what it created instead of creating it twice."""
+
+from __future__ import annotations
+
+import hashlib
+
+MANAGED_BY = "rltrainer-operator"
+EXPERIMENT_LABEL = "rltrainer.io/experiment"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: KubeRay: once provisioned, do not recreate a lost head (a new head loses every worker and job;
+#: the operator restarts the experiment from its newest checkpoint instead).
+NO_HEAD_RESTART_ANNOTATION = "ray.io/disable-provisioned-head-restart"
+
+#: KubeRay derives pod and service names from the cluster's (``<cluster>-head-svc``, ...):
+#: keep room under Kubernetes' 63-character limit.
+MAX_CLUSTER_NAME = 50
+
+
+def raycluster_name(experiment: str) -> str:
+    """``rlx-<experiment>``, shortened with a hash suffix when it would be too long."""
+    name = f"rlx-{experiment}"
+    if len(name) <= MAX_CLUSTER_NAME:
+        return name
+    digest = hashlib.sha256(experiment.encode()).hexdigest()[:8]
+    return f"{name[: MAX_CLUSTER_NAME - 9].rstrip('-.')}-{digest}"
+
+
+def job_id(namespace: str, experiment: str, uid: str, attempt: int) -> str:
+    """The Ray job submission id of one attempt (one per start: the first run and each restart)."""
+    return f"rlx-{namespace}-{experiment}-{uid[:8]}-{attempt}"
+
+
+def labels(experiment: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Labels on everything the operator creates for ``experiment`` (selectable)."""
+    return {
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/name": "rltrainer",
+        EXPERIMENT_LABEL: experiment,
+        **(extra or {}),
+    }

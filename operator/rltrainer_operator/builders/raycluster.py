@@ -1,0 +1,250 @@
+"""The KubeRay ``RayCluster`` (``ray.io/v1``) that runs one experiment.
+
+Shape: a head (runs the driver; the learner too when ``learners.replicas`` is 0), a
+``learners`` worker group (one pod per learner, GPUs requested as ``nvidia.com/gpu``) and a
+``rollouts`` worker group (one pod per env runner). Each worker group advertises a custom Ray
+resource (``rltrainer_learner`` / ``rltrainer_rollout``) that the driver's placement-group
+bundles ask for, so learners and env runners land on their own groups (rltrainer's
+``custom_resources_per_*`` convention, see the README).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from typing import Any
+
+from rltrainer_operator.builders.naming import (
+    KUEUE_QUEUE_LABEL,
+    NO_HEAD_RESTART_ANNOTATION,
+    labels,
+    raycluster_name,
+)
+from rltrainer_operator.models import GROUP, KIND, VERSION, ExperimentSpec, Toleration
+from rltrainer_operator.settings import Settings
+
+LEARNER_RESOURCE = "rltrainer_learner"
+ROLLOUT_RESOURCE = "rltrainer_rollout"
+GPU_RESOURCE = "nvidia.com/gpu"
+LEARNERS_GROUP = "learners"
+ROLLOUTS_GROUP = "rollouts"
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
+
+
+def cpu_count(quantity: str) -> int:
+    """A CPU quantity as the whole number Ray's ``num-cpus`` needs (``"500m"`` -> 1, ``"2"`` -> 2)."""
+    match = _QUANTITY.match(quantity)
+    if match is None:
+        raise ValueError(f"not a CPU quantity: {quantity!r}")
+    value = float(match.group(1)) / (1000 if match.group(2) == "m" else 1)
+    return max(1, math.ceil(value))
+
+
+def ray_resources(resources: dict[str, float]) -> str:
+    """KubeRay's ``rayStartParams.resources`` format: a JSON object in a quoted string."""
+    return json.dumps(json.dumps(resources, sort_keys=True))
+
+
+def owner_reference(experiment: dict[str, Any]) -> dict[str, Any]:
+    """Makes the RayCluster owned by (and garbage-collected with) the RLExperiment."""
+    meta = experiment["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings: Settings) -> dict[str, Any]:
+    """The RayCluster for ``experiment`` (its body, for owner/labels) with parsed ``spec``."""
+    meta = experiment["metadata"]
+    name = meta["name"]
+    extra_labels = {}
+    queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+    if queue:
+        extra_labels[KUEUE_QUEUE_LABEL] = queue  # Kueue admits the RayCluster as one workload
+    image = spec.image or settings.default_image
+    env = pod_env(spec, settings)
+    groups = [
+        worker_group(
+            LEARNERS_GROUP,
+            replicas=spec.learners.replicas,
+            image=image,
+            env=env,
+            cpus=spec.learners.cpusPerLearner,
+            gpus=spec.learners.gpusPerLearner,
+            memory=spec.learners.memory,
+            custom_resource=LEARNER_RESOURCE,
+            node_selector=spec.learners.nodeSelector,
+            tolerations=spec.learners.tolerations,
+            service_account=spec.storage.serviceAccountName,
+        ),
+        worker_group(
+            ROLLOUTS_GROUP,
+            replicas=spec.rollouts.replicas,
+            image=image,
+            env=env,
+            cpus=spec.rollouts.cpusPerRunner,
+            gpus=0,
+            memory=spec.rollouts.memory,
+            custom_resource=ROLLOUT_RESOURCE,
+            node_selector=spec.rollouts.nodeSelector,
+            tolerations=spec.rollouts.tolerations,
+            service_account=spec.storage.serviceAccountName,
+        ),
+    ]
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": raycluster_name(name),
+            "namespace": meta["namespace"],
+            "labels": labels(name, extra_labels),
+            "annotations": {NO_HEAD_RESTART_ANNOTATION: "true"},
+            "ownerReferences": [owner_reference(experiment)],
+        },
+        "spec": {
+            "rayVersion": spec.rayVersion,
+            "headGroupSpec": {
+                "rayStartParams": {
+                    "dashboard-host": "0.0.0.0",
+                    "num-cpus": str(cpu_count(spec.head.cpu)),
+                },
+                "template": pod_template(
+                    "ray-head",
+                    image=image,
+                    env=env,
+                    requests={"cpu": spec.head.cpu, "memory": spec.head.memory},
+                    ports=[
+                        {"containerPort": 6379, "name": "gcs-server"},
+                        {"containerPort": settings.dashboard_port, "name": "dashboard"},
+                        {"containerPort": 10001, "name": "client"},
+                    ],
+                    node_selector={},
+                    tolerations=[],
+                    service_account=spec.storage.serviceAccountName,
+                    pod_labels=labels(name, extra_labels),
+                ),
+            },
+            # A group with 0 replicas is kept so that scaling it up later is a plain replicas patch.
+            "workerGroupSpecs": groups,
+        },
+    }
+
+
+def worker_group(
+    group: str,
+    *,
+    replicas: int,
+    image: str,
+    env: list[dict[str, Any]],
+    cpus: int,
+    gpus: int,
+    memory: str,
+    custom_resource: str,
+    node_selector: dict[str, str],
+    tolerations: list[Toleration],
+    service_account: str | None,
+) -> dict[str, Any]:
+    """One worker group: ``replicas`` pods, each advertising one unit of ``custom_resource``."""
+    params = {"num-cpus": str(cpus), "resources": ray_resources({custom_resource: 1})}
+    requests: dict[str, Any] = {"cpu": str(cpus), "memory": memory}
+    if gpus:
+        params["num-gpus"] = str(gpus)
+        requests[GPU_RESOURCE] = str(gpus)
+    return {
+        "groupName": group,
+        "replicas": replicas,
+        "minReplicas": replicas,
+        "maxReplicas": replicas,
+        "rayStartParams": params,
+        "template": pod_template(
+            "ray-worker",
+            image=image,
+            env=env,
+            requests=requests,
+            ports=[],
+            node_selector=node_selector,
+            tolerations=tolerations,
+            service_account=service_account,
+            pod_labels={"rltrainer.io/group": group},
+        ),
+    }
+
+
+def pod_template(
+    container: str,
+    *,
+    image: str,
+    env: list[dict[str, Any]],
+    requests: dict[str, Any],
+    ports: list[dict[str, Any]],
+    node_selector: dict[str, str],
+    tolerations: list[Toleration],
+    service_account: str | None,
+    pod_labels: dict[str, str],
+) -> dict[str, Any]:
+    """A Ray pod: requests equal limits (Guaranteed QoS, as KubeRay recommends for Ray pods)."""
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": container,
+                "image": image,
+                "env": copy.deepcopy(env),
+                "resources": {"requests": dict(requests), "limits": dict(requests)},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                **({"ports": ports} if ports else {}),
+            }
+        ],
+    }
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [t.model_dump(exclude_none=True) for t in tolerations]
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    return {"metadata": {"labels": dict(pod_labels)}, "spec": spec}
+
+
+def pod_env(spec: ExperimentSpec, settings: Settings) -> list[dict[str, Any]]:
+    """Environment of every Ray pod: where S3 is, and credentials by reference (never by value)."""
+    env: list[dict[str, Any]] = []
+    endpoint = spec.storage.endpointURL or settings.s3_endpoint_url
+    region = spec.storage.region or settings.s3_region
+    if endpoint:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": endpoint})
+    if region:
+        env.append({"name": "AWS_DEFAULT_REGION", "value": region})
+    secret = spec.storage.credentialsSecretRef
+    if secret is not None:
+        for name, key in (
+            ("AWS_ACCESS_KEY_ID", secret.accessKeyIdKey),
+            ("AWS_SECRET_ACCESS_KEY", secret.secretAccessKeyKey),
+        ):
+            env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}})
+    return env
+
+
+def worker_replicas(raycluster: dict[str, Any]) -> dict[str, int]:
+    """``{group name: replicas}`` of a RayCluster's worker groups."""
+    return {g["groupName"]: g.get("replicas", 0) for g in raycluster["spec"].get("workerGroupSpecs", [])}
+
+
+def scale_patch(raycluster: dict[str, Any], group: str, replicas: int) -> dict[str, Any]:
+    """A merge patch setting one worker group's replicas (lists are replaced whole by merge patches)."""
+    groups = []
+    for g in raycluster["spec"]["workerGroupSpecs"]:
+        g = dict(g)
+        if g["groupName"] == group:
+            g.update(replicas=replicas, minReplicas=replicas, maxReplicas=replicas)
+        groups.append(g)
+    return {"spec": {"workerGroupSpecs": groups}}

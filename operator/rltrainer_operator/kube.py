@@ -1,0 +1,120 @@
+"""The one module that talks to the Kubernetes API (besides kopf itself).
+
+It uses the ``kubernetes`` client's custom-objects API (KubeRay publishes no Python client on
+PyPI) and translates the API's answers into what the reconciler needs: 404 on get/delete is
+"absent", 409 on create is "already there" (idempotency after an operator restart), and any
+other failure is a ``kopf.TemporaryError`` so kopf retries later. Patches to custom resources
+are JSON merge patches (custom resources support no strategic merge).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import kopf
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from rltrainer_operator.models import GROUP, PLURAL, VERSION
+
+logger = logging.getLogger(__name__)
+
+RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayclusters"
+MERGE_PATCH = "application/merge-patch+json"
+#: Seconds before kopf retries after an API failure.
+RETRY_DELAY_S = 10
+
+
+def make_api_client(host: str | None = None) -> kubernetes.client.ApiClient:
+    """An API client: ``host`` when given (tests, local stand-ins), else in-cluster, else kubeconfig."""
+    if host is not None:
+        return kubernetes.client.ApiClient(kubernetes.client.Configuration(host=host))
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException:
+        # KUBECONFIG read now: the client reads it once at import, before a caller may set it.
+        kubernetes.config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
+        )
+    return kubernetes.client.ApiClient(configuration)
+
+
+def _temporary(action: str, err: Exception) -> kopf.TemporaryError:
+    reason = f"HTTP {err.status} {err.reason}" if isinstance(err, ApiException) else str(err)
+    return kopf.TemporaryError(f"{action} failed: {reason}", delay=RETRY_DELAY_S)
+
+
+class Kube:
+    """RayClusters and RLExperiments, with idempotent create/delete."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self.api_client = api_client
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+
+    # --- RayClusters -----------------------------------------------------------------------
+    def get_raycluster(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise _temporary(f"get RayCluster {namespace}/{name}", err) from None
+        except OSError as err:
+            raise _temporary(f"get RayCluster {namespace}/{name}", err) from None
+
+    def create_raycluster(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create; when it already exists (an earlier attempt got this far), return the existing one."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            created = self.custom.create_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, body
+            )
+        except ApiException as err:
+            if err.status == 409:
+                existing = self.get_raycluster(namespace, name)
+                if existing is not None:
+                    return existing
+            raise _temporary(f"create RayCluster {namespace}/{name}", err) from None
+        except OSError as err:
+            raise _temporary(f"create RayCluster {namespace}/{name}", err) from None
+        return created
+
+    def patch_raycluster(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.custom.patch_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name, patch, _content_type=MERGE_PATCH
+            )
+        except (ApiException, OSError) as err:
+            raise _temporary(f"patch RayCluster {namespace}/{name}", err) from None
+
+    def delete_raycluster(self, namespace: str, name: str) -> bool:
+        """Delete (foreground: its pods go first). False when it was already gone."""
+        return self._delete(RAY_GROUP, RAY_VERSION, RAY_PLURAL, namespace, name, "RayCluster")
+
+    # --- RLExperiments ---------------------------------------------------------------------
+    def delete_experiment(self, namespace: str, name: str) -> bool:
+        """Delete an RLExperiment (``ttlSecondsAfterFinished``). False when it was already gone."""
+        return self._delete(GROUP, VERSION, PLURAL, namespace, name, "RLExperiment")
+
+    def _delete(self, group: str, version: str, plural: str, namespace: str, name: str, kind: str) -> bool:
+        try:
+            self.custom.delete_namespaced_custom_object(
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                body=kubernetes.client.V1DeleteOptions(propagation_policy="Foreground"),
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise _temporary(f"delete {kind} {namespace}/{name}", err) from None
+        except OSError as err:
+            raise _temporary(f"delete {kind} {namespace}/{name}", err) from None
+        return True

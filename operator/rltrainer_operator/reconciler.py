@@ -1,0 +1,471 @@
+"""The RLExperiment state machine, level-triggered: look at the world, take the next step.
+
+``Reconciler.reconcile(body)`` reads the experiment, its RayCluster and its Ray job, does at
+most one step (create the cluster, submit a job, restart, finish, ...) and returns the new
+status and the events to record. Everything it decides is derived from the resource's status
+and what exists, never from memory, so a restarted operator carries on where the last one
+stopped; names and job ids are deterministic and creates are idempotent, so no step is ever
+done twice.
+
+    Pending -> Provisioning -> Running -> Succeeded
+                    |             |
+                    +--> Restarting (backoff) --> Provisioning / Running ... -> Failed
+    any (unfinished) <-> Suspended            deadline exceeded -> Failed
+
+The Kubernetes API is reached only through ``kube.Kube``, Ray only through ``ray_jobs``, S3 only
+through the progress reader; all three are injected so tests can drive every transition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from rltrainer_operator.builders import job as job_builder
+from rltrainer_operator.builders.naming import job_id, raycluster_name
+from rltrainer_operator.builders.raycluster import (
+    ROLLOUTS_GROUP,
+    build_raycluster,
+    scale_patch,
+    worker_replicas,
+)
+from rltrainer_operator.kube import Kube
+from rltrainer_operator.models import (
+    CONDITION_TYPES,
+    ExperimentSpec,
+    ExperimentStatus,
+    Phase,
+)
+from rltrainer_operator.ray_jobs import JobInfo, RayJobClient, RayJobError, RayUnreachableError
+from rltrainer_operator.settings import Settings
+from rltrainer_operator.validation import InvalidSpec, validate_experiment
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime.datetime]
+ProgressReader = Callable[[ExperimentSpec, str, str], "dict[str, Any] | None"]
+JobClientFactory = Callable[[str], RayJobClient]
+
+
+@dataclasses.dataclass
+class Event:
+    """A Kubernetes Event to record on the experiment."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one reconcile decided: the status to write (None: unchanged) and events to record."""
+
+    status: dict[str, Any] | None
+    events: list[Event]
+    deleted: bool = False  # the experiment itself was deleted (ttlSecondsAfterFinished)
+
+
+def rfc3339(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime.datetime | None:
+    if not text:
+        return None
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+
+def cluster_condition(raycluster: dict[str, Any], kind: str) -> bool:
+    """Whether the RayCluster's ``kind`` condition (HeadPodReady, RayClusterProvisioned) is True."""
+    for condition in (raycluster.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition.get("status") == "True"
+    return False
+
+
+def cluster_ready(raycluster: dict[str, Any]) -> bool:
+    """Ready for a job: provisioned and the head is up (from conditions, not the deprecated state)."""
+    return cluster_condition(raycluster, "HeadPodReady") and cluster_condition(
+        raycluster, "RayClusterProvisioned"
+    )
+
+
+class Reconciler:
+    """Drives one experiment per call; holds only clients and settings (no per-experiment state)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        read_progress: ProgressReader,
+        job_client: JobClientFactory = RayJobClient,
+        clock: Clock = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.read_progress = read_progress
+        self.job_client = job_client
+        self.clock = clock
+
+    # --- entry points ------------------------------------------------------------------------
+    def reconcile(self, body: dict[str, Any]) -> Outcome:
+        step = _Step(self, body)
+        step.run()
+        return step.outcome()
+
+    def finalize(self, body: dict[str, Any]) -> None:
+        """The experiment is being deleted: stop its job and delete its cluster (checkpoints stay)."""
+        meta = body["metadata"]
+        status = body.get("status") or {}
+        cluster_name = status.get("rayClusterName") or raycluster_name(meta["name"])
+        cluster = self.kube.get_raycluster(meta["namespace"], cluster_name)
+        if cluster is not None:
+            self._stop_job(cluster, status.get("jobId"))
+            self.kube.delete_raycluster(meta["namespace"], cluster_name)
+
+    # --- helpers shared by the steps ---------------------------------------------------------
+    def dashboard_url(self, raycluster: dict[str, Any]) -> str:
+        """The job API address: KubeRay's head service (status.head) and dashboard endpoint."""
+        status = raycluster.get("status") or {}
+        head = status.get("head") or {}
+        port = (status.get("endpoints") or {}).get("dashboard") or self.settings.dashboard_port
+        host = head.get("serviceIP") or head.get("podIP")
+        if not host:
+            service = head.get("serviceName") or f"{raycluster['metadata']['name']}-head-svc"
+            host = f"{service}.{raycluster['metadata']['namespace']}.svc.{self.settings.cluster_domain}"
+        return f"http://{host}:{port}"
+
+    def _stop_job(self, raycluster: dict[str, Any], submission_id: str | None) -> None:
+        if not submission_id or not cluster_ready(raycluster):
+            return
+        try:
+            self.job_client(self.dashboard_url(raycluster)).stop(submission_id)
+        except (RayUnreachableError, RayJobError) as err:
+            logger.info("could not stop job %s: %s", submission_id, err)
+
+
+class _Step:
+    """One reconcile of one experiment: reads once, decides, records the transition."""
+
+    def __init__(self, reconciler: Reconciler, body: dict[str, Any]) -> None:
+        self.r = reconciler
+        self.body = body
+        self.meta = body["metadata"]
+        self.namespace, self.name = self.meta["namespace"], self.meta["name"]
+        self.generation = self.meta.get("generation")
+        self.now = reconciler.clock()
+        raw_status = body.get("status") or {}
+        self.old_status = raw_status
+        try:
+            self.status = ExperimentStatus.model_validate(
+                {k: v for k, v in raw_status.items() if k in ExperimentStatus.model_fields}
+            )
+        except ValueError:  # an unreadable status (edited by hand): start from what we can trust
+            self.status = ExperimentStatus()
+        self.events: list[Event] = []
+        self.deleted = False
+        self.spec: ExperimentSpec | None = None
+
+    # --- bookkeeping -----------------------------------------------------------------------
+    def outcome(self) -> Outcome:
+        new = self.status.model_dump(mode="json")
+        old = {k: self.old_status.get(k) for k in new}
+        changed = json.dumps(new, sort_keys=True) != json.dumps(old, sort_keys=True)
+        return Outcome(new if changed else None, self.events, self.deleted)
+
+    def transition(self, phase: Phase, reason: str, message: str, warning: bool = False) -> None:
+        """Enter ``phase``: conditions, message and an event, all saying why."""
+        self.status.phase = phase
+        self.status.message = message
+        self.status.observedGeneration = self.generation
+        self._set_conditions(phase, reason, message)
+        self.events.append(Event("Warning" if warning else "Normal", reason, message))
+        logger.info("%s/%s: %s (%s): %s", self.namespace, self.name, phase.value, reason, message)
+
+    def _set_conditions(self, phase: Phase, reason: str, message: str) -> None:
+        # Provisioned is Unknown while a cluster is being provisioned: its lastTransitionTime
+        # then says since when, which the provisioning timeout is measured from.
+        provisioned = self._condition_true("Provisioned")
+        wanted = {
+            "Ready": phase == Phase.RUNNING,
+            "Provisioned": (
+                None
+                if phase == Phase.PROVISIONING
+                else provisioned
+                if phase == Phase.RESTARTING
+                else phase == Phase.RUNNING
+            ),
+            "Running": phase == Phase.RUNNING,
+            "Succeeded": phase == Phase.SUCCEEDED,
+            "Failed": phase == Phase.FAILED,
+            "Suspended": phase == Phase.SUSPENDED,
+            "Restarting": phase == Phase.RESTARTING,
+        }
+        by_type = {c.type: c for c in self.status.conditions}
+        conditions = []
+        for kind in CONDITION_TYPES:
+            status = "Unknown" if wanted[kind] is None else "True" if wanted[kind] else "False"
+            old = by_type.get(kind)
+            changed = old is None or old.status != status
+            conditions.append(
+                {
+                    "type": kind,
+                    "status": status,
+                    "reason": reason if (changed or wanted[kind] is not False) else old.reason,
+                    "message": message if (changed or wanted[kind] is not False) else old.message,
+                    "lastTransitionTime": rfc3339(self.now) if changed else old.lastTransitionTime,
+                    "observedGeneration": self.generation,
+                }
+            )
+        self.status = self.status.model_copy(
+            update={"conditions": ExperimentStatus.model_validate({"conditions": conditions}).conditions}
+        )
+
+    def _condition_true(self, kind: str) -> bool:
+        return any(c.type == kind and c.status == "True" for c in self.status.conditions)
+
+    def _condition_since(self, kind: str) -> datetime.datetime | None:
+        for c in self.status.conditions:
+            if c.type == kind:
+                return parse_time(c.lastTransitionTime)
+        return None
+
+    # --- the state machine -------------------------------------------------------------------
+    def run(self) -> None:
+        if self.meta.get("deletionTimestamp"):
+            return  # the finalizer handles it
+        phase = self.status.phase
+        fixed_spec = self.status.observedGeneration != self.generation
+        if phase == Phase.FAILED and not (fixed_spec and self._failed_for_invalid_spec()):
+            return self._finished()
+        if phase == Phase.SUCCEEDED:
+            return self._finished()
+        try:
+            self.spec = validate_experiment(self.body).spec
+        except InvalidSpec as err:
+            return self._fail("InvalidSpec", str(err))
+        if self.spec.suspend:
+            return self._suspend()
+        if phase == Phase.SUSPENDED or (phase == Phase.FAILED):
+            # Resumed (suspend: false) or fixed after InvalidSpec: start over, from the newest checkpoint.
+            self.status.startTime = None
+            return self._start("Resumed" if phase == Phase.SUSPENDED else "SpecFixed")
+        if self._deadline_exceeded():
+            return self._fail("DeadlineExceeded", self._deadline_message(), cleanup=True)
+        handler = {
+            Phase.PENDING: self._start,
+            Phase.PROVISIONING: self._provisioning,
+            Phase.RUNNING: self._running,
+            Phase.RESTARTING: self._restarting,
+        }[phase]
+        handler()
+
+    def _failed_for_invalid_spec(self) -> bool:
+        return any(c.type == "Failed" and c.reason == "InvalidSpec" for c in self.status.conditions)
+
+    # Pending -> Provisioning
+    def _start(self, reason: str = "Provisioning") -> None:
+        if self.status.startTime is None:
+            self.status.startTime = rfc3339(self.now)
+        cluster = self._ensure_cluster()
+        if cluster is not None and cluster_ready(cluster):
+            return self._submit(cluster)
+        self.transition(Phase.PROVISIONING, reason, f"creating RayCluster {self.status.rayClusterName}")
+
+    def _ensure_cluster(self) -> dict[str, Any] | None:
+        """The experiment's RayCluster, created when absent; None while an old one is still going away."""
+        name = raycluster_name(self.name)
+        self.status.rayClusterName = name
+        cluster = self.r.kube.get_raycluster(self.namespace, name)
+        if cluster is not None and cluster["metadata"].get("deletionTimestamp"):
+            return None
+        if cluster is None:
+            cluster = self.r.kube.create_raycluster(build_raycluster(self.body, self.spec, self.r.settings))
+        return cluster
+
+    # Provisioning -> Running (or Restarting when it takes too long)
+    def _provisioning(self) -> None:
+        cluster = self._ensure_cluster()
+        if cluster is not None and cluster_ready(cluster):
+            return self._submit(cluster)
+        since = self._condition_since("Provisioned") or self.now
+        waited = (self.now - since).total_seconds()
+        if waited > self.r.settings.provision_timeout_s:
+            self._restart(
+                "ProvisioningTimeout",
+                f"RayCluster {self.status.rayClusterName} not ready after {waited:.0f}s",
+                cluster_lost=True,
+            )
+
+    def _submit(self, cluster: dict[str, Any]) -> None:
+        """Start the next driver attempt on the (ready) ``cluster``."""
+        attempt = _attempt_of(self.status.jobId) + 1
+        submission_id = job_id(self.namespace, self.name, self.meta["uid"], attempt)
+        body = job_builder.submission(
+            self.spec, self.namespace, self.name, self.r.settings, submission_id, self.status.lastCheckpoint
+        )
+        try:
+            self.r.job_client(self.r.dashboard_url(cluster)).submit(body)
+        except (RayUnreachableError, RayJobError) as err:
+            logger.info("%s/%s: job API not answering yet: %s", self.namespace, self.name, err)
+            if self.status.phase != Phase.PROVISIONING:
+                self.transition(Phase.PROVISIONING, "WaitingForJobAPI", str(err))
+            return
+        self.status.jobId = submission_id
+        resumed = f", resuming from {self.status.lastCheckpoint}" if self.status.lastCheckpoint else ""
+        self.transition(Phase.RUNNING, "JobSubmitted", f"driver job {submission_id} submitted{resumed}")
+
+    # Running -> Succeeded | Restarting
+    def _running(self) -> None:
+        cluster = self.r.kube.get_raycluster(self.namespace, self.status.rayClusterName or "")
+        if cluster is None or cluster["metadata"].get("deletionTimestamp"):
+            return self._restart("ClusterLost", f"RayCluster {self.status.rayClusterName} is gone", True)
+        if not cluster_condition(cluster, "HeadPodReady"):
+            return self._restart("ClusterLost", f"the head of {self.status.rayClusterName} is down", True)
+        try:
+            job = self.r.job_client(self.r.dashboard_url(cluster)).get(self.status.jobId or "")
+        except (RayUnreachableError, RayJobError) as err:
+            logger.info("%s/%s: job API: %s (will retry)", self.namespace, self.name, err)
+            return
+        self._update_progress()
+        if job is None:
+            return self._restart("JobLost", f"the cluster has no job {self.status.jobId}", True)
+        if job.status == "SUCCEEDED":
+            return self._succeed(cluster)
+        if job.finished:
+            return self._restart("JobFailed", _job_message(job), cluster_lost=False)
+        self._rescale(cluster, job)
+
+    def _rescale(self, cluster: dict[str, Any], job: JobInfo) -> None:
+        """Live scaling: patch the rollout group, then restart the driver on the new shape."""
+        wanted = self.spec.rollouts.replicas
+        current = worker_replicas(cluster).get(ROLLOUTS_GROUP)
+        if current is None or current == wanted:
+            return
+        cluster = self.r.kube.patch_raycluster(
+            self.namespace, self.status.rayClusterName, scale_patch(cluster, ROLLOUTS_GROUP, wanted)
+        )
+        # The running driver has a fixed number of env runners: continue from the newest
+        # checkpoint with the new count (not a failure: restarts is not incremented).
+        self.r._stop_job(cluster, job.submission_id)
+        self.events.append(
+            Event("Normal", "Rescaled", f"rollouts scaled from {current} to {wanted} replicas")
+        )
+        self._submit(cluster)
+
+    def _succeed(self, cluster: dict[str, Any]) -> None:
+        self.status.completionTime = rfc3339(self.now)
+        if self.spec.shutdownAfterFinish:
+            self.r.kube.delete_raycluster(self.namespace, cluster["metadata"]["name"])
+        self.transition(Phase.SUCCEEDED, "JobSucceeded", f"training finished (job {self.status.jobId})")
+
+    # failures
+    def _restart(self, reason: str, message: str, cluster_lost: bool) -> None:
+        limit = self.spec.faultTolerance.backoffLimit
+        if self.status.restarts >= limit:
+            return self._fail("BackoffLimitExceeded", f"{message}; restarted {limit} time(s) already", True)
+        if cluster_lost:
+            self.r.kube.delete_raycluster(
+                self.namespace, self.status.rayClusterName or raycluster_name(self.name)
+            )
+        else:
+            cluster = self.r.kube.get_raycluster(self.namespace, self.status.rayClusterName or "")
+            if cluster is not None:
+                self.r._stop_job(cluster, self.status.jobId)
+        self.status.restarts += 1
+        delay = min(
+            self.r.settings.backoff_base_s * 2 ** (self.status.restarts - 1), self.r.settings.backoff_max_s
+        )
+        self.status.nextAttemptTime = rfc3339(self.now + datetime.timedelta(seconds=delay))
+        self.transition(
+            Phase.RESTARTING,
+            reason,
+            f"{message}; restart {self.status.restarts}/{limit} in {delay:.0f}s from the newest checkpoint",
+            warning=True,
+        )
+
+    def _restarting(self) -> None:
+        due = parse_time(self.status.nextAttemptTime)
+        if due is not None and self.now < due:
+            return
+        self._update_progress()  # the newest checkpoint to resume from
+        self.status.nextAttemptTime = None
+        cluster = self._ensure_cluster()
+        if cluster is not None and cluster_ready(cluster):
+            return self._submit(cluster)
+        self.transition(
+            Phase.PROVISIONING, "Provisioning", f"recreating RayCluster {self.status.rayClusterName}"
+        )
+
+    def _fail(self, reason: str, message: str, cleanup: bool = False) -> None:
+        if cleanup and self.spec is not None:
+            name = self.status.rayClusterName or raycluster_name(self.name)
+            cluster = self.r.kube.get_raycluster(self.namespace, name)
+            if cluster is not None:
+                self.r._stop_job(cluster, self.status.jobId)
+                if self.spec.shutdownAfterFinish:
+                    self.r.kube.delete_raycluster(self.namespace, name)
+        self.status.completionTime = rfc3339(self.now)
+        self.status.nextAttemptTime = None
+        self.transition(Phase.FAILED, reason, message, warning=True)
+
+    # suspend / deadline / ttl
+    def _suspend(self) -> None:
+        if self.status.phase == Phase.SUSPENDED:
+            return
+        name = self.status.rayClusterName or raycluster_name(self.name)
+        cluster = self.r.kube.get_raycluster(self.namespace, name)
+        if cluster is not None:
+            self._update_progress()
+            self.r._stop_job(cluster, self.status.jobId)
+            self.r.kube.delete_raycluster(self.namespace, name)
+        self.status.nextAttemptTime = None
+        self.transition(Phase.SUSPENDED, "Suspended", "suspended: job stopped and RayCluster deleted")
+
+    def _deadline_exceeded(self) -> bool:
+        deadline = self.spec.activeDeadlineSeconds
+        start = parse_time(self.status.startTime)
+        return deadline is not None and start is not None and (self.now - start).total_seconds() > deadline
+
+    def _deadline_message(self) -> str:
+        return f"ran longer than activeDeadlineSeconds={self.spec.activeDeadlineSeconds}"
+
+    def _finished(self) -> None:
+        """Succeeded/Failed: only the TTL is left to honour."""
+        ttl = (self.body.get("spec") or {}).get("ttlSecondsAfterFinished")
+        done = parse_time(self.status.completionTime)
+        if ttl is not None and done is not None and (self.now - done).total_seconds() >= ttl:
+            self.deleted = self.r.kube.delete_experiment(self.namespace, self.name)
+
+    # progress
+    def _update_progress(self) -> None:
+        try:
+            progress = self.r.read_progress(self.spec, self.namespace, self.name)
+        except Exception as err:  # noqa: BLE001 - progress is best effort; training is unaffected
+            logger.info("%s/%s: progress unreadable: %s", self.namespace, self.name, err)
+            return
+        if not progress:
+            return
+        self.status.iteration = progress.get("iteration", self.status.iteration)
+        self.status.timesteps = progress.get("timesteps", self.status.timesteps)
+        self.status.episodeReturnMean = progress.get("episode_return_mean", self.status.episodeReturnMean)
+        self.status.lastCheckpoint = progress.get("last_checkpoint") or self.status.lastCheckpoint
+        self.status.envRunnerRestarts = progress.get("num_env_runner_restarts")
+        self.status.healthyEnvRunners = progress.get("num_healthy_env_runners")
+
+
+def _attempt_of(submission_id: str | None) -> int:
+    """The attempt number at the end of a job id (0 when there is none)."""
+    if not submission_id:
+        return 0
+    tail = submission_id.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _job_message(job: JobInfo) -> str:
+    message = job.message.strip().splitlines()[-1] if job.message.strip() else ""
+    return f"driver job {job.submission_id} {job.status.lower()}" + (f": {message[:300]}" if message else "")

@@ -1,0 +1,128 @@
+"""Pure builders: golden files for the RayCluster and the driver's job, checked against KubeRay's CRD.
+
+Inputs are ``data/builders/<case>.input.yaml`` (an RLExperiment's metadata and spec); the
+expected RayCluster is ``<case>.raycluster.yaml`` next to it. ``UPDATE_GOLDEN=1`` rewrites the
+expected files after a deliberate change (review the diff).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import RAYCLUSTER_CRD
+
+from rltrainer.algorithms.registry import get_algorithm_class
+from rltrainer_operator.builders import job
+from rltrainer_operator.builders.naming import MAX_CLUSTER_NAME, job_id, raycluster_name
+from rltrainer_operator.builders.raycluster import build_raycluster, cpu_count, scale_patch, worker_replicas
+from rltrainer_operator.models import RLExperiment
+from rltrainer_operator.settings import Settings
+from rltrainer_operator.testing.schema import validator_for
+
+DATA = Path(__file__).parent / "data" / "builders"
+CASES = sorted(p.name.removesuffix(".input.yaml") for p in DATA.glob("*.input.yaml"))
+SETTINGS = Settings()
+
+
+def load(case: str) -> tuple[dict, RLExperiment]:
+    body = yaml.safe_load((DATA / f"{case}.input.yaml").read_text())
+    return body, RLExperiment.model_validate(body)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_raycluster_matches_golden_file(case):
+    body, experiment = load(case)
+    built = build_raycluster(body, experiment.spec, SETTINGS)
+    golden = DATA / f"{case}.raycluster.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(yaml.safe_dump(built, sort_keys=False))
+    assert built == yaml.safe_load(golden.read_text())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_raycluster_is_valid_for_kuberay(case):
+    body, experiment = load(case)
+    validate = validator_for(str(RAYCLUSTER_CRD), "v1")
+    assert validate(build_raycluster(body, experiment.spec, SETTINGS)) is None
+
+
+def test_gpu_learners_request_gpus_and_advertise_the_learner_resource():
+    body, experiment = load("gpu_learners")
+    built = build_raycluster(body, experiment.spec, SETTINGS)
+    groups = {g["groupName"]: g for g in built["spec"]["workerGroupSpecs"]}
+    learner = groups["learners"]
+    assert learner["replicas"] == 2
+    assert learner["rayStartParams"] == {
+        "num-cpus": "4",
+        "num-gpus": "1",
+        "resources": '"{\\"rltrainer_learner\\": 1}"',
+    }
+    resources = learner["template"]["spec"]["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == "1"
+    rollouts = groups["rollouts"]
+    assert "num-gpus" not in rollouts["rayStartParams"]
+    assert "nvidia.com/gpu" not in rollouts["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert built["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert "team" not in built["metadata"]["labels"]  # only the Kueue label is propagated
+
+
+def test_credentials_are_passed_by_reference_only():
+    body, experiment = load("node_selectors_tolerations")
+    built = build_raycluster(body, experiment.spec, SETTINGS)
+    env = built["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    by_name = {e["name"]: e for e in env}
+    assert by_name["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {
+        "name": "minio-credentials",
+        "key": "access-key",
+    }
+    assert all("value" not in e for e in env if e["name"].startswith("AWS_ACCESS") or "SECRET" in e["name"])
+    assert by_name["AWS_ENDPOINT_URL"]["value"] == "http://minio.storage:9000"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_driver_config_passes_rltrainer_validation(case):
+    _, experiment = load(case)
+    config = job.driver_config(experiment.spec, SETTINGS)
+    algo_config = get_algorithm_class(experiment.spec.algorithm).config_class()
+    algo_config.update_from_dict(config)  # raises ConfigError on any bad key or type
+    assert algo_config.num_env_runners == experiment.spec.rollouts.replicas
+    assert algo_config.num_learners == experiment.spec.learners.replicas
+
+
+def test_entrypoint_runs_rltrainer_with_the_spec():
+    body, experiment = load("gpu_learners")
+    command = job.entrypoint(experiment.spec, "research", "humanoid-ppo", SETTINGS, resume_from="s3://x/ckpt")
+    args = shlex.split(command)
+    assert args[:2] == ["rltrainer", "train"]
+    flags = dict(zip(args[2::2], args[3::2], strict=False))
+    assert flags["--algo"] == "PPO" and flags["--env"] == "Humanoid-v5"
+    assert (
+        flags["--storage-path"] == "s3://rl-checkpoints/prod/research" and flags["--name"] == "humanoid-ppo"
+    )
+    assert flags["--checkpoint-freq"] == "5"
+    assert "--resume" in args and args[-2:] == ["--resume-from", "s3://x/ckpt"]
+    assert "--checkpoint-at-end" in args
+
+
+def test_names_are_deterministic_and_short_enough():
+    assert raycluster_name("cartpole") == "rlx-cartpole"
+    long = "a" * 63
+    assert raycluster_name(long) == raycluster_name(long)
+    assert len(raycluster_name(long)) <= MAX_CLUSTER_NAME
+    assert raycluster_name(long) != raycluster_name("a" * 62 + "b")
+    assert job_id("ml", "cartpole", "0b9d7f0e-6c1f", 3) == "rlx-ml-cartpole-0b9d7f0e-3"
+
+
+def test_cpu_quantities_round_up_to_whole_ray_cpus():
+    assert [cpu_count(q) for q in ("500m", "1", "2.5", "4000m")] == [1, 1, 3, 4]
+
+
+def test_scale_patch_changes_only_the_group():
+    body, experiment = load("gpu_learners")
+    built = build_raycluster(body, experiment.spec, SETTINGS)
+    patched = scale_patch(built, "rollouts", 3)["spec"]["workerGroupSpecs"]
+    assert worker_replicas({"spec": {"workerGroupSpecs": patched}}) == {"learners": 2, "rollouts": 3}

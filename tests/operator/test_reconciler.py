@@ -1,0 +1,345 @@
+"""The RLExperiment state machine, driven step by step against the API stand-in.
+
+Each ``step()`` is one reconcile, with its status written back the way the kopf handler does;
+a fake clock makes backoffs and deadlines instant; a fake Ray job API plays the driver.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+from conftest import MERGE, apply, experiment_manifest, get_experiment, patch_spec
+
+from rltrainer_operator.builders.naming import raycluster_name
+from rltrainer_operator.kube import Kube, make_api_client
+from rltrainer_operator.reconciler import Reconciler
+from rltrainer_operator.settings import Settings
+
+NS, NAME = "ml", "cartpole"
+CLUSTER = raycluster_name(NAME)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+    def __call__(self) -> datetime.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += datetime.timedelta(seconds=seconds)
+
+
+class Operator:
+    """A reconciler plus the bits of the kopf handler that write status."""
+
+    def __init__(self, kube: Any, **settings: Any) -> None:
+        self.kube = kube
+        self.clock = Clock()
+        self.progress: dict[tuple[str, str], dict[str, Any]] = {}
+        self.settings = Settings(**{"provision_timeout_s": 60.0, "backoff_base_s": 10.0, **settings})
+        self.api_client = make_api_client(kube.url)
+        self.reconciler = Reconciler(
+            Kube(self.api_client),
+            self.settings,
+            read_progress=lambda _spec, ns, name: self.progress.get((ns, name)),
+            clock=self.clock,
+        )
+        self.events: list[tuple[str, str]] = []
+
+    def step(self, name: str = NAME, write_status: bool = True) -> dict[str, Any]:
+        outcome = self.reconciler.reconcile(get_experiment(self.kube, name))
+        if outcome.status is not None and write_status and not outcome.deleted:
+            self.kube.client.patch_namespaced_custom_object_status(
+                "rltrainer.io",
+                "v1alpha1",
+                NS,
+                "rlexperiments",
+                name,
+                {"status": outcome.status},
+                _content_type=MERGE,
+            )
+        self.events += [(e.reason, e.message) for e in outcome.events]
+        self.last_outcome = outcome
+        return get_experiment(self.kube, name).get("status", {}) if not outcome.deleted else {}
+
+    def close(self) -> None:
+        self.api_client.close()
+
+
+@pytest.fixture
+def op(kube):
+    operator = Operator(kube)
+    yield operator
+    operator.close()
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+def start_running(op, kuberay, **spec: Any) -> dict[str, Any]:
+    apply(op.kube, experiment_manifest(**spec))
+    status = op.step()
+    assert status["phase"] == "Provisioning"
+    kuberay.ready(NS, CLUSTER)
+    status = op.step()
+    assert status["phase"] == "Running", status
+    return status
+
+
+def test_provisions_runs_and_succeeds(op, kube, kuberay, ray_api):
+    apply(kube, experiment_manifest(config={"train_batch_size": 256}, rollouts={"replicas": 2}))
+    status = op.step()
+    assert status["phase"] == "Provisioning"
+    assert status["rayClusterName"] == CLUSTER and status["startTime"]
+    assert condition(status, "Provisioned")["status"] == "Unknown"
+    cluster = kuberay.get(NS, CLUSTER)
+    owner = cluster["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "RLExperiment" and owner["uid"] == get_experiment(kube)["metadata"]["uid"]
+    assert cluster["metadata"]["annotations"]["ray.io/disable-provisioned-head-restart"] == "true"
+
+    assert op.step()["phase"] == "Provisioning"  # not ready yet: nothing new
+    assert op.last_outcome.status is None and len(kuberay.list(NS)) == 1
+
+    kuberay.ready(NS, CLUSTER)
+    status = op.step()
+    assert status["phase"] == "Running"
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "Ready": "True",
+        "Provisioned": "True",
+        "Running": "True",
+        "Succeeded": "False",
+        "Failed": "False",
+        "Suspended": "False",
+        "Restarting": "False",
+    }
+    assert status["observedGeneration"] == 1
+    [submitted] = ray_api.submissions
+    assert submitted["submission_id"] == status["jobId"]
+    entrypoint = submitted["entrypoint"]
+    assert entrypoint.startswith("rltrainer train --algo PPO --env CartPole-v1")
+    assert "--storage-path s3://checkpoints/rl/ml --name cartpole" in entrypoint
+    assert "--resume" in entrypoint and "--resume-from" not in entrypoint
+    assert '"num_env_runners":2' in entrypoint and '"train_batch_size":256' in entrypoint
+
+    op.progress[(NS, NAME)] = {
+        "iteration": 3,
+        "timesteps": 12000,
+        "episode_return_mean": 87.5,
+        "last_checkpoint": "s3://checkpoints/rl/ml/cartpole/t/checkpoint_000003",
+    }
+    status = op.step()
+    assert (status["iteration"], status["timesteps"], status["episodeReturnMean"]) == (3, 12000, 87.5)
+    assert status["lastCheckpoint"].endswith("checkpoint_000003")
+
+    ray_api.set(status["jobId"], "SUCCEEDED")
+    status = op.step()
+    assert status["phase"] == "Succeeded" and status["completionTime"]
+    assert condition(status, "Succeeded")["status"] == "True"
+    assert condition(status, "Ready")["status"] == "False"
+    assert kuberay.get(NS, CLUSTER) is None  # shutdownAfterFinish
+    assert [reason for reason, _ in op.events] == ["Provisioning", "JobSubmitted", "JobSucceeded"]
+    assert op.step()["phase"] == "Succeeded" and op.last_outcome.status is None
+
+
+def test_failed_job_restarts_from_the_newest_checkpoint(op, kuberay, ray_api):
+    status = start_running(op, kuberay)
+    cluster_uid = kuberay.get(NS, CLUSTER)["metadata"]["uid"]
+    newest = "s3://checkpoints/rl/ml/cartpole/trial/checkpoint_000007"
+    op.progress[(NS, NAME)] = {"iteration": 7, "last_checkpoint": newest}
+    ray_api.set(status["jobId"], "FAILED", "Traceback ...\nRuntimeError: NaN in loss")
+    status = op.step()
+    assert status["phase"] == "Restarting" and status["restarts"] == 1
+    assert condition(status, "Restarting")["reason"] == "JobFailed"
+    assert "RuntimeError: NaN in loss" in condition(status, "Restarting")["message"]
+    assert status["nextAttemptTime"] == "2026-01-01T00:00:10Z"  # backoff_base_s
+
+    assert op.step()["phase"] == "Restarting"  # backing off
+    op.clock.advance(10)
+    status = op.step()
+    assert status["phase"] == "Running" and status["restarts"] == 1
+    assert kuberay.get(NS, CLUSTER)["metadata"]["uid"] == cluster_uid  # the healthy cluster is reused
+    first, second = ray_api.submissions
+    assert first["submission_id"] != second["submission_id"] == status["jobId"]
+    assert f"--resume --checkpoint-at-end --resume-from {newest}" in second["entrypoint"]
+
+    ray_api.set(status["jobId"], "SUCCEEDED")
+    assert op.step()["phase"] == "Succeeded"
+
+
+def test_backoff_limit_exhausted_fails(op, kuberay, ray_api):
+    status = start_running(op, kuberay, faultTolerance={"backoffLimit": 1})
+    ray_api.set(status["jobId"], "FAILED", "boom")
+    assert op.step()["phase"] == "Restarting"
+    op.clock.advance(10)
+    status = op.step()
+    assert status["phase"] == "Running"
+    ray_api.set(status["jobId"], "FAILED", "boom again")
+    status = op.step()
+    assert status["phase"] == "Failed" and status["restarts"] == 1
+    failed = condition(status, "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "BackoffLimitExceeded"
+    assert "boom again" in failed["message"]
+    assert kuberay.get(NS, CLUSTER) is None and status["completionTime"]
+    op.clock.advance(3600)
+    assert op.step()["phase"] == "Failed" and op.last_outcome.status is None  # no retry loop
+
+
+def test_backoff_doubles_and_is_capped(kube, kuberay, ray_api):
+    op = Operator(kube, backoff_base_s=10.0, backoff_max_s=25.0)
+    try:
+        status = start_running(op, kuberay, faultTolerance={"backoffLimit": 5})
+        delays = []
+        for _ in range(3):
+            ray_api.set(status["jobId"], "FAILED")
+            status = op.step()
+            due = datetime.datetime.strptime(status["nextAttemptTime"], "%Y-%m-%dT%H:%M:%SZ")
+            delays.append((due.replace(tzinfo=datetime.UTC) - op.clock.now).total_seconds())
+            op.clock.advance(delays[-1])
+            status = op.step()
+            assert status["phase"] == "Running"
+        assert delays == [10, 20, 25]
+    finally:
+        op.close()
+
+
+def test_stuck_provisioning_restarts_then_fails(op, kube, kuberay):
+    apply(kube, experiment_manifest(faultTolerance={"backoffLimit": 1}))
+    assert op.step()["phase"] == "Provisioning"
+    first_uid = kuberay.get(NS, CLUSTER)["metadata"]["uid"]
+    op.clock.advance(30)
+    assert op.step()["phase"] == "Provisioning"
+    op.clock.advance(31)
+    status = op.step()
+    assert (
+        status["phase"] == "Restarting" and condition(status, "Restarting")["reason"] == "ProvisioningTimeout"
+    )
+    assert kuberay.get(NS, CLUSTER) is None  # the stuck cluster is deleted
+    op.clock.advance(10)
+    status = op.step()
+    assert status["phase"] == "Provisioning"
+    assert kuberay.get(NS, CLUSTER)["metadata"]["uid"] != first_uid  # a fresh cluster
+    op.clock.advance(61)
+    status = op.step()
+    assert status["phase"] == "Failed"
+    assert condition(status, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert "not ready after" in condition(status, "Failed")["message"]
+
+
+def test_lost_head_recreates_the_cluster_and_resumes(op, kuberay, ray_api):
+    start_running(op, kuberay)
+    newest = "s3://checkpoints/rl/ml/cartpole/trial/checkpoint_000004"
+    op.progress[(NS, NAME)] = {"iteration": 4, "last_checkpoint": newest}
+    kuberay.lose_head(NS, CLUSTER)
+    status = op.step()
+    assert status["phase"] == "Restarting" and condition(status, "Restarting")["reason"] == "ClusterLost"
+    assert kuberay.get(NS, CLUSTER) is None
+    op.clock.advance(10)
+    assert op.step()["phase"] == "Provisioning"
+    kuberay.ready(NS, CLUSTER)
+    ray_api.forget_all()
+    status = op.step()
+    assert status["phase"] == "Running" and status["restarts"] == 1
+    assert ray_api.submissions[-1]["entrypoint"].endswith(f"--resume-from {newest}")
+
+
+def test_suspend_stops_everything_and_resume_continues(op, kube, kuberay, ray_api):
+    status = start_running(op, kuberay)
+    job = status["jobId"]
+    patch_spec(kube, {"suspend": True})
+    status = op.step()
+    assert status["phase"] == "Suspended" and condition(status, "Suspended")["status"] == "True"
+    assert ray_api.stopped == [job] and kuberay.get(NS, CLUSTER) is None
+    assert status["observedGeneration"] == 2
+    op.clock.advance(3600)
+    assert op.step()["phase"] == "Suspended"
+
+    patch_spec(kube, {"suspend": False})
+    status = op.step()
+    assert status["phase"] == "Provisioning" and status["restarts"] == 0
+    assert condition(status, "Suspended")["status"] == "False"
+    kuberay.ready(NS, CLUSTER)
+    assert op.step()["phase"] == "Running"
+
+
+def test_scaling_rollouts_updates_the_cluster_live(op, kube, kuberay, ray_api):
+    status = start_running(op, kuberay)
+    old_job = status["jobId"]
+    patch_spec(kube, {"rollouts": {"replicas": 4}})
+    status = op.step()
+    groups = {g["groupName"]: g for g in kuberay.get(NS, CLUSTER)["spec"]["workerGroupSpecs"]}
+    assert groups["rollouts"]["replicas"] == groups["rollouts"]["maxReplicas"] == 4
+    assert groups["learners"]["replicas"] == 1
+    assert status["phase"] == "Running" and status["restarts"] == 0
+    assert ray_api.stopped == [old_job] and status["jobId"] != old_job
+    assert '"num_env_runners":4' in ray_api.submissions[-1]["entrypoint"]
+    assert ("Rescaled", "rollouts scaled from 2 to 4 replicas") in op.events
+
+
+def test_deadline_exceeded_fails(op, kuberay, ray_api):
+    status = start_running(op, kuberay, activeDeadlineSeconds=100)
+    op.clock.advance(101)
+    status = op.step()
+    assert status["phase"] == "Failed" and condition(status, "Failed")["reason"] == "DeadlineExceeded"
+    assert ray_api.stopped and kuberay.get(NS, CLUSTER) is None
+
+
+def test_invalid_spec_fails_once_and_recovers_when_fixed(op, kube, kuberay):
+    apply(kube, experiment_manifest(config={"train_batch_sise": 256}))
+    status = op.step()
+    assert status["phase"] == "Failed"
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "InvalidSpec" and "train_batch_sise" in failed["message"]
+    assert kuberay.list(NS) == []
+    assert op.step()["phase"] == "Failed" and op.last_outcome.status is None
+    assert len(op.events) == 1  # no retry loop, no event storm
+
+    patch_spec(kube, {"config": {"train_batch_sise": None, "train_batch_size": 256}})
+    status = op.step()
+    assert status["phase"] == "Provisioning" and status["observedGeneration"] == 2
+
+
+def test_ttl_after_finished_deletes_the_experiment(op, kube, kuberay, ray_api):
+    status = start_running(op, kuberay, ttlSecondsAfterFinished=30)
+    ray_api.set(status["jobId"], "SUCCEEDED")
+    assert op.step()["phase"] == "Succeeded"
+    op.clock.advance(29)
+    op.step()
+    assert not op.last_outcome.deleted
+    op.clock.advance(2)
+    op.step()
+    assert op.last_outcome.deleted
+    assert (
+        kube.client.list_namespaced_custom_object("rltrainer.io", "v1alpha1", NS, "rlexperiments")["items"]
+        == []
+    )
+
+
+def test_finalize_stops_the_job_and_deletes_the_cluster(op, kube, kuberay, ray_api):
+    status = start_running(op, kuberay)
+    op.reconciler.finalize(get_experiment(kube))
+    assert ray_api.stopped == [status["jobId"]] and kuberay.get(NS, CLUSTER) is None
+
+
+def test_stale_reads_create_nothing_twice(op, kube, kuberay, ray_api):
+    """An operator restarted between acting and writing status repeats the step harmlessly."""
+    apply(kube, experiment_manifest())
+    op.step(write_status=False)
+    op.step(write_status=False)
+    assert len(kuberay.list(NS)) == 1
+    op.step()
+    kuberay.ready(NS, CLUSTER)
+    op.step(write_status=False)
+    status = op.step()
+    assert status["phase"] == "Running" and len(ray_api.submissions) == 1
+
+
+def test_kueue_queue_label_reaches_the_raycluster(op, kube, kuberay):
+    manifest = experiment_manifest()
+    manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu-queue"}
+    apply(kube, manifest)
+    op.step()
+    assert kuberay.get(NS, CLUSTER)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
