@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean crds
+.PHONY: install demo test lint bench clean crds images
 
 install: $(STAMP)
 
@@ -35,6 +35,16 @@ lint: $(STAMP)
 # The RLExperiment CRD in crds/, generated from operator/rltrainer_operator/models.py.
 crds: $(STAMP)
 	$(BIN)/python -m rltrainer_operator.crd
+
+# Container images (images/*/Dockerfile, built from the repository root). No container engine
+# runs here: this prints the build commands; run them with `make -s images | sh`.
+IMAGE_REGISTRY ?= ghcr.io/rltrainer
+IMAGE_VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+DOCKER ?= docker
+images:
+	@echo "$(DOCKER) build -f images/operator/Dockerfile --build-arg VERSION=$(IMAGE_VERSION) -t $(IMAGE_REGISTRY)/operator:$(IMAGE_VERSION) ."
+	@echo "$(DOCKER) build -f images/trainer/Dockerfile --build-arg VERSION=$(IMAGE_VERSION) --build-arg VARIANT=cpu -t $(IMAGE_REGISTRY)/trainer:$(IMAGE_VERSION)-cpu ."
+	@echo "$(DOCKER) build -f images/trainer/Dockerfile --build-arg VERSION=$(IMAGE_VERSION) --build-arg VARIANT=gpu -t $(IMAGE_REGISTRY)/trainer:$(IMAGE_VERSION)-gpu ."
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(DEMO_DIR)
