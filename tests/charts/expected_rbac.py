@@ -31,7 +31,9 @@ OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
 }
 
-#: Where the operator tests may write the API requests they recorded (a JSON list of
-#: ``{"method": "PATCH", "url": "/apis/rltrainer.io/v1alpha1/namespaces/ns/rlexperiments/x"}``);
-#: ``test_chart.py`` checks each one against the rendered RBAC when the file exists.
+#: Where the operator tests may write the API requests the operator made (a JSON list of
+#: ``{"method": "PATCH", "url": "/apis/rltrainer.io/v1alpha1/namespaces/ns/rlexperiments/x"}``,
+#: e.g. from the stand-in's recorded requests, leaving out the test's own setup calls and the
+#: KubeRay stand-in's ``rayclusters/status`` writes); ``test_chart.py`` checks each one against
+#: this table and the rendered RBAC when the file exists. Discovery requests need no grant.
 RECORDED_CALLS = ROOT / "tests" / "operator" / "data" / "api_calls.json"

@@ -106,21 +106,23 @@ def allows(granted: set[Permission], wanted: Permission) -> bool:
     )
 
 
-def request_permission(method: str, url: str) -> Permission:
+def request_permission(method: str, url: str) -> Permission | None:
     """The RBAC permission one Kubernetes API request needs (RBAC's request attributes).
 
     ``GET .../rlexperiments?watch=true`` -> watch, ``GET .../rlexperiments`` -> list,
     ``GET .../rlexperiments/x`` -> get, ``PATCH .../x/status`` -> patch on ``rlexperiments/status``;
-    a request without ``namespaces/<ns>`` in its path is cluster-wide (scope ``*``).
+    a request without ``namespaces/<ns>`` in its path is cluster-wide (scope ``*``). Discovery
+    (``/api``, ``/apis``, ``/apis/<group>/<version>``, ``/version``) is not a resource request:
+    None (every authenticated user may read it, through the ``system:discovery`` ClusterRole).
     """
     split = urlsplit(url)
     parts = split.path.strip("/").split("/")
-    if parts[0] == "api":  # /api/v1/...: the core group
+    if parts[0] == "api" and len(parts) > 2:  # /api/v1/...: the core group
         group, rest = "", parts[2:]
-    elif parts[0] == "apis":  # /apis/<group>/<version>/...
+    elif parts[0] == "apis" and len(parts) > 3:  # /apis/<group>/<version>/...
         group, rest = parts[1], parts[3:]
     else:
-        raise ValueError(f"not a resource request: {url}")
+        return None
     scope = CLUSTER
     if len(rest) >= 3 and rest[0] == "namespaces":
         scope, rest = rest[1], rest[2:]
