@@ -12,7 +12,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = ROOT / "charts" / "rltrainer-operator"
-RELEASE = "rltrainer"
+RELEASE = "rltrainer-operator"
 NAMESPACE = "rltrainer-system"
 #: A cluster-wide grant (ClusterRole bound by a ClusterRoleBinding).
 CLUSTER = "*"

@@ -38,7 +38,7 @@ from tests.charts.helpers import (
 )
 
 GOLDEN = ROOT / "tests" / "charts" / "data" / "default.yaml"
-SERVICE_ACCOUNT = (NAMESPACE, f"{RELEASE}-rltrainer-operator")
+SERVICE_ACCOUNT = (NAMESPACE, RELEASE)  # the release name already names the chart
 #: The Kubernetes versions the manifests must be valid for: the chart's minimum and the newest.
 KUBE_VERSIONS = ["1.28.0", kubernetes_validate.latest_version()]
 

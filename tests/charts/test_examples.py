@@ -17,7 +17,7 @@ import yaml
 from rltrainer.cli import build_parser
 from rltrainer_operator.models import GROUP, KIND, VERSION
 from rltrainer_operator.validation import validate_experiment
-from tests.charts.helpers import CHART_DIR, ROOT, render
+from tests.charts.helpers import CHART_DIR, ROOT, manifests, render
 
 EXAMPLES = ROOT / "examples"
 FILES = sorted(EXAMPLES.glob("ppo-*.yaml"))
@@ -141,12 +141,13 @@ def test_readme_install_commands_are_real() -> None:
             )
     assert values["s3"]["credentialsSecret"]["name"] == "operator-s3"
     namespace = helm_install[helm_install.index("--namespace") + 1]
-    render(values, name=helm_install[2], namespace=namespace)  # renders (and passes the schema)
+    objects = manifests(render(values, name=helm_install[2], namespace=namespace))  # passes the schema
+    (deployment,) = [obj for obj in objects if obj["kind"] == "Deployment"]
     secrets = {c[c.index("generic") + 1] for c in commands if c[:2] == ["kubectl", "-n"] and "generic" in c}
     assert {"operator-s3", "s3-credentials"} <= secrets
     # The rollout command names the Deployment the chart renders for that release.
     (rollout,) = [c for c in commands if "rollout" in c]
-    assert rollout[-1] == f"deployment/{helm_install[2]}-rltrainer-operator"
+    assert rollout[-1] == f"deployment/{deployment['metadata']['name']}"
     parser = build_parser()
     rltrainer_commands = [c for c in commands if c[0] == "rltrainer"]
     assert {c[1] for c in rltrainer_commands} == {"checkpoints", "evaluate"}
