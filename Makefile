@@ -32,9 +32,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check rltrainer tests bench
 	$(BIN)/ruff format --check rltrainer tests bench
 
-# The RLExperiment CRD in crds/, generated from operator/rltrainer_operator/models.py.
+# The RLExperiment CRD in crds/, generated from operator/rltrainer_operator/models.py, and the
+# Helm chart's copy of it (tests fail when either differs from the models).
 crds: $(STAMP)
 	$(BIN)/python -m rltrainer_operator.crd
+	$(BIN)/python -m rltrainer_operator.crd --output charts/rltrainer-operator/crds/rltrainer.io_rlexperiments.yaml
 
 # Container images (images/*/Dockerfile, built from the repository root). No container engine
 # runs here: this prints the build commands; run them with `make -s images | sh`.

@@ -32,7 +32,8 @@ POLL_INTERVAL_S = Settings.from_env().poll_interval_s
 
 @kopf.on.startup()
 def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    operator_settings = Settings.from_env()
+    # Settings in the memo: the in-process runner (testing/runner.py); else the environment.
+    operator_settings = memo.get("settings") or Settings.from_env()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -40,12 +41,17 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     )
     # Our own events say what happened; kopf's per-handler chatter is posted only for problems.
     settings.posting.level = logging.WARNING
+    # No watching of Namespaces and CRDs for changes: the watched namespaces come from the
+    # command line, and the RBAC needs no cluster-wide read of namespaces or CRDs.
+    settings.scanning.disabled = True
     memo.settings = operator_settings
-    memo.api_client = make_api_client()
+    # An api_url in the memo: the in-process runner (testing/runner.py) against a stand-in API.
+    memo.api_client = make_api_client(memo.get("api_url"))
     memo.metrics = Metrics()
     memo.metrics.serve(operator_settings.metrics_port, operator_settings.metrics_host)
     memo.reconciler = Reconciler(Kube(memo.api_client), operator_settings, progress_reader(operator_settings))
     memo.locks = defaultdict(threading.Lock)
+    memo.written = {}  # uid -> the status this operator last wrote
 
 
 @kopf.on.cleanup()
@@ -67,25 +73,39 @@ def experiments_probe(memo: kopf.Memo, **_: Any) -> int:
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     uid = body["metadata"]["uid"]
     with memo.locks[uid]:
+        experiment = _plain(body)
+        # Only this operator writes status, but a timer tick can run on a body from before our
+        # last status patch came back through the watch: start from what we last wrote.
+        written = memo.written.get(uid)
+        if written is not None:
+            experiment["status"] = copy.deepcopy(written)
         started = time.monotonic()
         try:
-            outcome = memo.reconciler.reconcile(_plain(body))
+            outcome = memo.reconciler.reconcile(experiment)
         except Exception:
             memo.metrics.reconcile_errors.inc()
             raise
         finally:
             memo.metrics.reconcile_seconds.observe(time.monotonic() - started)
-    if outcome.deleted:
-        memo.metrics.observe_phase(uid, None)
-        return
-    if outcome.status is not None:
-        old_restarts = (body.get("status") or {}).get("restarts") or 0
-        if outcome.status.get("restarts", 0) > old_restarts:
-            memo.metrics.restarts.inc(outcome.status["restarts"] - old_restarts)
-        patch.status.update(outcome.status)
-        memo.metrics.observe_phase(uid, outcome.status.get("phase"))
+        if outcome.deleted:
+            memo.metrics.observe_phase(uid, None)
+            memo.written.pop(uid, None)
+            return
+        status = outcome.status if outcome.status is not None else written
+        if status is not None and _set(status) != _set(body.get("status") or {}):
+            old_restarts = (experiment.get("status") or {}).get("restarts") or 0
+            if status.get("restarts", 0) > old_restarts:
+                memo.metrics.restarts.inc(status["restarts"] - old_restarts)
+            patch.status.update(status)
+            memo.written[uid] = status
+            memo.metrics.observe_phase(uid, status.get("phase"))
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _set(status: dict[str, Any]) -> dict[str, Any]:
+    """A status without its unset (None) fields: what the API holds after a merge patch."""
+    return {key: value for key, value in status.items() if value is not None and key != "kopf"}
 
 
 @kopf.on.delete(*RESOURCE)
@@ -94,6 +114,7 @@ def finalize(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     memo.reconciler.finalize(_plain(body))
     memo.metrics.observe_phase(body["metadata"]["uid"], None)
     memo.locks.pop(body["metadata"]["uid"], None)
+    memo.written.pop(body["metadata"]["uid"], None)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import kopf
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
+from rltrainer import __version__
 from rltrainer_operator.models import GROUP, PLURAL, VERSION
 
 logger = logging.getLogger(__name__)
@@ -27,10 +28,15 @@ MERGE_PATCH = "application/merge-patch+json"
 RETRY_DELAY_S = 10
 
 
+USER_AGENT = f"rltrainer-operator/{__version__}"
+
+
 def make_api_client(host: str | None = None) -> kubernetes.client.ApiClient:
     """An API client: ``host`` when given (tests, local stand-ins), else in-cluster, else kubeconfig."""
     if host is not None:
-        return kubernetes.client.ApiClient(kubernetes.client.Configuration(host=host))
+        client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=host))
+        client.user_agent = USER_AGENT
+        return client
     configuration = kubernetes.client.Configuration()
     try:
         kubernetes.config.load_incluster_config(client_configuration=configuration)
@@ -39,7 +45,9 @@ def make_api_client(host: str | None = None) -> kubernetes.client.ApiClient:
         kubernetes.config.load_kube_config(
             config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
         )
-    return kubernetes.client.ApiClient(configuration)
+    client = kubernetes.client.ApiClient(configuration)
+    client.user_agent = USER_AGENT  # tells the operator's requests apart in audit logs
+    return client
 
 
 def _temporary(action: str, err: Exception) -> kopf.TemporaryError:

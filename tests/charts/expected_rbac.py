@@ -13,8 +13,8 @@ From the operator's design (``rltrainer_operator.kube`` and kopf ``--standalone`
 - events on the experiments (core ``v1`` events: kopf's ``kopf.event`` and the operator's own).
 
 Nothing else: the operator never reads Secrets (pods get S3 credentials through
-``secretKeyRef``) or Pods. To reconcile with what the operator really does, feed recorded
-requests to ``helpers.request_permission`` and compare (``RECORDED_CALLS`` below).
+``secretKeyRef``) or Pods. ``tests/operator/test_rbac.py`` records what the operator really
+requests through a whole life cycle and checks it against this table and the rendered chart.
 """
 
 from __future__ import annotations
@@ -25,15 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: (API group, resource) -> the verbs the operator uses on it.
 OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = {
-    ("rltrainer.io", "rlexperiments"): frozenset({"get", "list", "watch", "patch", "delete"}),
-    ("rltrainer.io", "rlexperiments/status"): frozenset({"get", "patch"}),
+    ("rltrainer.io", "rlexperiments"): frozenset({"list", "watch", "patch", "delete"}),
+    ("rltrainer.io", "rlexperiments/status"): frozenset({"patch"}),
     ("ray.io", "rayclusters"): frozenset({"get", "create", "patch", "delete"}),
     ("", "events"): frozenset({"create"}),
 }
-
-#: Where the operator tests may write the API requests the operator made (a JSON list of
-#: ``{"method": "PATCH", "url": "/apis/rltrainer.io/v1alpha1/namespaces/ns/rlexperiments/x"}``,
-#: e.g. from the stand-in's recorded requests, leaving out the test's own setup calls and the
-#: KubeRay stand-in's ``rayclusters/status`` writes); ``test_chart.py`` checks each one against
-#: this table and the rendered RBAC when the file exists. Discovery requests need no grant.
-RECORDED_CALLS = ROOT / "tests" / "operator" / "data" / "api_calls.json"

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from rltrainer_operator.settings import PREFIX, Settings
-from tests.charts.expected_rbac import OPERATOR_API_CALLS, RECORDED_CALLS
+from tests.charts.expected_rbac import OPERATOR_API_CALLS
 from tests.charts.helpers import (
     CHART_DIR,
     CLUSTER,
@@ -267,20 +267,6 @@ def test_every_operator_call_is_allowed(case: str) -> None:
     # kopf --all-namespaces lists and watches across namespaces: a cluster-wide grant only.
     cluster_list = request_permission("GET", "/apis/rltrainer.io/v1alpha1/rlexperiments?watch=true")
     assert allows(granted, cluster_list) == (case == "default")
-
-
-def test_recorded_operator_calls_are_allowed() -> None:
-    if not RECORDED_CALLS.exists():
-        where = RECORDED_CALLS.relative_to(ROOT)
-        pytest.skip(f"no recorded API calls yet ({where} is written by the operator tests)")
-    calls = json.loads(RECORDED_CALLS.read_text())
-    needed = {request_permission(call["method"], call["url"]) for call in calls} - {None}
-    table = {(p.api_group, p.resource, p.verb) for p in expected_permissions([CLUSTER])}
-    assert {(p.api_group, p.resource, p.verb) for p in needed} <= table, (
-        "update expected_rbac.py and the chart"
-    )
-    cluster_wide = granted_permissions(render_objects(), SERVICE_ACCOUNT)
-    assert all(allows(cluster_wide, p) for p in needed)
 
 
 def test_request_permission_follows_rbac_request_attributes() -> None:

@@ -20,7 +20,7 @@ import kubernetes
 import pytest
 import yaml
 
-from rltrainer_operator.testing.kapi import EVENTS, RAYCLUSTERS, RLX, KubeAPIServer
+from rltrainer_operator.testing.kapi import RAYCLUSTERS, RLX, KubeAPIServer
 from rltrainer_operator.testing.schema import validator_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,6 @@ RAYCLUSTER_CRD = DATA / "kuberay" / "ray.io_rayclusters.yaml"
 def declare_resources(api: Any) -> None:
     api.declare(RLX, "RLExperiment", shortnames=("rlx",), validator=validator_for(str(RLX_CRD), "v1alpha1"))
     api.declare(RAYCLUSTERS, "RayCluster", validator=validator_for(str(RAYCLUSTER_CRD), "v1"))
-    api.declare(EVENTS, "Event", status=False)
 
 
 @pytest.fixture

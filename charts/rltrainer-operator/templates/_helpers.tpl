@@ -89,11 +89,11 @@ Same rules in the ClusterRole (cluster-wide) and in each namespaced Role.
 # Watch experiments; patch their annotations/finalizers (kopf state); delete after ttlSecondsAfterFinished.
 - apiGroups: ["rltrainer.io"]
   resources: ["rlexperiments"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["list", "watch", "patch", "delete"]
 # Write phase, conditions and progress.
 - apiGroups: ["rltrainer.io"]
   resources: ["rlexperiments/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 # One RayCluster per experiment: create, scale the rollout group, delete on finish/suspend.
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]

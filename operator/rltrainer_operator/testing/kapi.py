@@ -35,6 +35,8 @@ from kmock._internal import enums, rendering
 RLX = "rltrainer.io/v1alpha1/rlexperiments"
 RAYCLUSTERS = "ray.io/v1/rayclusters"
 EVENTS = "v1/events"
+NAMESPACES = "v1/namespaces"
+CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def now_rfc3339() -> str:
@@ -89,6 +91,11 @@ class KubeAPI(kmock.KubernetesEmulator):
         )
         if validator is not None:
             self.validators[key] = validator
+
+    @property
+    def requests(self) -> list[rendering.Request]:
+        """Every request served so far, oldest first."""
+        return list(self._requests)
 
     def _has_status_subresource(self, resource: Any) -> bool:
         info = self.resources[resource] if resource in list(self.resources) else None
@@ -254,6 +261,10 @@ class KubeAPIServer:
         self._stopping = asyncio.Event()
         async with KubeAPI() as api, kmock.Server(api, host="127.0.0.1") as server:
             self.api = api
+            # What every API server serves (kopf waits for these in discovery).
+            api.declare(NAMESPACES, "Namespace", namespaced=False, status=False)
+            api.declare(EVENTS, "Event", status=False)
+            api.declare(CRDS, "CustomResourceDefinition", namespaced=False, status=False)
             if self._setup is not None:
                 self._setup(api)
             self.url = str(server.url).rstrip("/")
