@@ -29,8 +29,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check rltrainer tests bench
-	$(BIN)/ruff format --check rltrainer tests bench
+	$(BIN)/ruff check rltrainer operator tests bench
+	$(BIN)/ruff format --check rltrainer operator tests bench
 
 # The RLExperiment CRD in crds/, generated from operator/rltrainer_operator/models.py, and the
 # Helm chart's copy of it (tests fail when either differs from the models).

@@ -17,6 +17,7 @@ from typing import Any
 
 import kopf
 
+from rltrainer_operator.builders.naming import EXPERIMENT_LABEL, MANAGED_BY
 from rltrainer_operator.kube import Kube, make_api_client
 from rltrainer_operator.metrics import Metrics
 from rltrainer_operator.models import GROUP, PLURAL, VERSION
@@ -66,15 +67,48 @@ def experiments_probe(memo: kopf.Memo, **_: Any) -> int:
     return len(memo.locks)
 
 
+@kopf.index(*RESOURCE)
+def experiments_by_name(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """The latest body of every experiment, by (namespace, name), kept from kopf's watch."""
+    return {(namespace, name): body}
+
+
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 @kopf.timer(*RESOURCE, interval=POLL_INTERVAL_S)
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    status, events = _reconcile(body, memo)
+    if status is not None:
+        patch.status.update(status)
+    for event in events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+@kopf.on.event("ray.io", "v1", "rayclusters", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+def raycluster_changed(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, experiments_by_name: kopf.Index, **_: Any
+) -> None:
+    """A RayCluster we own changed (ready, head lost, deleted): reconcile its experiment now
+    instead of at the next timer tick. Status is written through ``kube`` (this is no handler
+    of the experiment, so kopf has no patch for it)."""
+    if type is None:  # the initial listing: the timers and resume handlers cover those
+        return
+    key = (body.metadata.namespace, body.metadata.labels.get(EXPERIMENT_LABEL))
+    for experiment in experiments_by_name.get(key, []):
+        status, events = _reconcile(experiment, memo)
+        if status is not None:
+            memo.reconciler.kube.patch_experiment_status(key[0], key[1], status)
+        for event in events:
+            kopf.event(experiment, type=event.type, reason=event.reason, message=event.message)
+
+
+def _reconcile(body: kopf.Body, memo: kopf.Memo) -> tuple[dict[str, Any] | None, list[Any]]:
+    """One reconcile under the experiment's lock: the status to write (None: none) and events."""
     uid = body["metadata"]["uid"]
     with memo.locks[uid]:
         experiment = _plain(body)
-        # Only this operator writes status, but a timer tick can run on a body from before our
+        # Only this operator writes status, but a handler can run on a body from before our
         # last status patch came back through the watch: start from what we last wrote.
         written = memo.written.get(uid)
         if written is not None:
@@ -90,17 +124,16 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> 
         if outcome.deleted:
             memo.metrics.observe_phase(uid, None)
             memo.written.pop(uid, None)
-            return
+            return None, outcome.events
         status = outcome.status if outcome.status is not None else written
-        if status is not None and _set(status) != _set(body.get("status") or {}):
-            old_restarts = (experiment.get("status") or {}).get("restarts") or 0
-            if status.get("restarts", 0) > old_restarts:
-                memo.metrics.restarts.inc(status["restarts"] - old_restarts)
-            patch.status.update(status)
-            memo.written[uid] = status
-            memo.metrics.observe_phase(uid, status.get("phase"))
-    for event in outcome.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        if status is None or _set(status) == _set(body.get("status") or {}):
+            return None, outcome.events
+        old_restarts = (experiment.get("status") or {}).get("restarts") or 0
+        if status.get("restarts", 0) > old_restarts:
+            memo.metrics.restarts.inc(status["restarts"] - old_restarts)
+        memo.written[uid] = status
+        memo.metrics.observe_phase(uid, status.get("phase"))
+        return status, outcome.events
 
 
 def _set(status: dict[str, Any]) -> dict[str, Any]:

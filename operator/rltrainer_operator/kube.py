@@ -105,6 +105,18 @@ class Kube:
         return self._delete(RAY_GROUP, RAY_VERSION, RAY_PLURAL, namespace, name, "RayCluster")
 
     # --- RLExperiments ---------------------------------------------------------------------
+    def patch_experiment_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Write status through the status subresource (when no kopf handler patch is at hand)."""
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH
+            )
+        except ApiException as err:
+            if err.status != 404:  # deleted meanwhile: nothing to report on
+                raise _temporary(f"patch RLExperiment {namespace}/{name} status", err) from None
+        except OSError as err:
+            raise _temporary(f"patch RLExperiment {namespace}/{name} status", err) from None
+
     def delete_experiment(self, namespace: str, name: str) -> bool:
         """Delete an RLExperiment (``ttlSecondsAfterFinished``). False when it was already gone."""
         return self._delete(GROUP, VERSION, PLURAL, namespace, name, "RLExperiment")

@@ -9,7 +9,8 @@ From the operator's design (``rltrainer_operator.kube`` and kopf ``--standalone`
 - kopf lists and watches RLExperiments, patches their annotations and finalizer (its handler
   state lives there: no peering objects, no ConfigMaps) and the status subresource; the
   operator deletes an experiment only for ``ttlSecondsAfterFinished``;
-- one RayCluster per experiment: read, create, patch (scale the rollout group), delete;
+- one RayCluster per experiment: read, create, patch (scale the rollout group), delete, and
+  list/watch (a cluster turning ready or losing its head triggers a reconcile at once);
 - events on the experiments (core ``v1`` events: kopf's ``kopf.event`` and the operator's own).
 
 Nothing else: the operator never reads Secrets (pods get S3 credentials through
@@ -27,6 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = {
     ("rltrainer.io", "rlexperiments"): frozenset({"list", "watch", "patch", "delete"}),
     ("rltrainer.io", "rlexperiments/status"): frozenset({"patch"}),
-    ("ray.io", "rayclusters"): frozenset({"get", "create", "patch", "delete"}),
+    ("ray.io", "rayclusters"): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
     ("", "events"): frozenset({"create"}),
 }

@@ -94,10 +94,11 @@ Same rules in the ClusterRole (cluster-wide) and in each namespaced Role.
 - apiGroups: ["rltrainer.io"]
   resources: ["rlexperiments/status"]
   verbs: ["patch"]
-# One RayCluster per experiment: create, scale the rollout group, delete on finish/suspend.
+# One RayCluster per experiment: create, scale the rollout group, delete on finish/suspend;
+# watched so that a cluster becoming ready (or losing its head) is acted on at once.
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events on the experiments (kopf posts handler events to the core API).
 - apiGroups: [""]
   resources: ["events"]

@@ -1,0 +1,171 @@
+"""Fakes for what the operator talks to besides Kubernetes, for tests and ``bench.operator``.
+
+- ``FakeRayJobs``: Ray's job submission REST API (``/api/jobs/``) on 127.0.0.1, over jobs held
+  in memory whose state the caller sets (``set``), with every submission and stop recorded.
+- ``FakeKubeRay``: writes RayCluster status the way KubeRay v1.7 does (conditions, head service,
+  dashboard endpoint); ``FakeKubeRay.run_in_background()`` marks every new cluster ready.
+
+The end-to-end tests use real Ray instead (``local_kuberay``); these keep the state-machine
+tests fast and deterministic.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import kubernetes
+
+MERGE = "application/merge-patch+json"
+
+
+class FakeRayJobs:
+    """Ray's ``/api/jobs/`` endpoints over jobs held in memory (``set`` changes a job's state)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.submissions: list[dict[str, Any]] = []
+        self.stopped: list[str] = []
+        self.requests = 0  # every call, for counting the operator's load
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, code: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802
+                with fake.lock:
+                    fake.requests += 1
+                job_id = self.path.rstrip("/").rsplit("/", 1)[-1]
+                with fake.lock:
+                    job = fake.jobs.get(job_id)
+                self._answer(200, job) if job else self._answer(404, {"detail": "not found"})
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with fake.lock:
+                    fake.requests += 1
+                    if self.path.rstrip("/") == "/api/jobs":
+                        sid = body["submission_id"]
+                        if sid in fake.jobs:
+                            return self._answer(
+                                400, {"detail": f"Job with submission_id {sid} already exists"}
+                            )
+                        fake.submissions.append(body)
+                        fake.jobs[sid] = {
+                            "status": "RUNNING",
+                            "message": "",
+                            "entrypoint": body["entrypoint"],
+                        }
+                        return self._answer(200, {"job_id": sid, "submission_id": sid})
+                    job_id = self.path.rstrip("/").split("/")[-2]
+                    if job_id not in fake.jobs:
+                        return self._answer(404, {"detail": "not found"})
+                    fake.stopped.append(job_id)
+                    if fake.jobs[job_id]["status"] in ("PENDING", "RUNNING"):
+                        fake.jobs[job_id]["status"] = "STOPPED"
+                    return self._answer(200, {"stopped": True})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def set(self, job_id: str, status: str, message: str = "") -> None:
+        with self.lock:
+            self.jobs[job_id].update(status=status, message=message)
+
+    def forget_all(self) -> None:
+        """What a recreated head knows: no jobs."""
+        with self.lock:
+            self.jobs.clear()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+class FakeKubeRay:
+    """Writes RayCluster status like KubeRay v1.7 (conditions, head service, endpoints)."""
+
+    def __init__(self, client: Any, dashboard_port: int) -> None:
+        self.client = client
+        self.dashboard_port = dashboard_port
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.client.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", name)
+        except kubernetes.client.exceptions.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list(self, namespace: str) -> list[dict[str, Any]]:
+        return self.client.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")["items"]
+
+    def set_status(self, namespace: str, name: str, head_ready: bool, provisioned: bool) -> None:
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        def condition(kind: str, ok: bool, reason: str) -> dict[str, Any]:
+            return {
+                "type": kind,
+                "status": "True" if ok else "False",
+                "reason": reason,
+                "message": "",
+                "lastTransitionTime": now,
+            }
+
+        status = {
+            "state": "ready" if head_ready else "",
+            "conditions": [
+                condition(
+                    "HeadPodReady", head_ready, "HeadPodRunningAndReady" if head_ready else "HeadPodNotFound"
+                ),
+                condition("RayClusterProvisioned", provisioned, "AllPodRunningAndReadyFirstTime"),
+            ],
+            "head": {
+                "podIP": "127.0.0.1",
+                "serviceIP": "127.0.0.1",
+                "podName": f"{name}-head-abcde",
+                "serviceName": f"{name}-head-svc",
+            },
+            "endpoints": {"dashboard": str(self.dashboard_port), "gcs-server": "6379", "client": "10001"},
+        }
+        self.client.patch_namespaced_custom_object_status(
+            "ray.io", "v1", namespace, "rayclusters", name, {"status": status}, _content_type=MERGE
+        )
+
+    def ready(self, namespace: str, name: str) -> None:
+        self.set_status(namespace, name, head_ready=True, provisioned=True)
+
+    def lose_head(self, namespace: str, name: str) -> None:
+        self.set_status(namespace, name, head_ready=False, provisioned=True)
+
+    def run_in_background(self, namespaces: list[str], interval_s: float = 0.2) -> threading.Event:
+        """Mark every RayCluster in ``namespaces`` ready as soon as it appears; set the event to stop."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(interval_s):
+                for namespace in namespaces:
+                    for cluster in self.list(namespace):
+                        conditions = (cluster.get("status") or {}).get("conditions") or []
+                        if not any(c.get("type") == "HeadPodReady" for c in conditions):
+                            self.ready(namespace, cluster["metadata"]["name"])
+
+        threading.Thread(target=loop, name="fake-kuberay", daemon=True).start()
+        return stop
