@@ -39,6 +39,10 @@ NAMESPACES = "v1/namespaces"
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
+#: Requests kmock itself keeps (its matching walks them all on every request).
+_KMOCK_LOG = 4
+
+
 def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -68,6 +72,7 @@ class KubeAPI(kmock.KubernetesEmulator):
     #: resource -> validator(obj) returning an error message or None.
     validators: dict[Any, Callable[[dict[str, Any]], str | None]] = attrs.field(factory=dict)
     _versions: itertools.count = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _log: list[rendering.Request] = attrs.field(factory=list, init=False)
 
     def declare(
         self,
@@ -95,13 +100,18 @@ class KubeAPI(kmock.KubernetesEmulator):
     @property
     def requests(self) -> list[rendering.Request]:
         """Every request served so far, oldest first."""
-        return list(self._requests)
+        return list(self._log)
 
     def _has_status_subresource(self, resource: Any) -> bool:
         info = self.resources[resource] if resource in list(self.resources) else None
         return info is not None and "status" in info.subresources
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        # kmock matches each request against views over its whole request log (quadratic in
+        # the number of requests): keep its log short and the full one here.
+        self._log.append(request)
+        if len(self._requests) > 2 * _KMOCK_LOG:
+            del self._requests[:-_KMOCK_LOG]
         if request.resource is None:
             return await super()._handle(request)
         try:
