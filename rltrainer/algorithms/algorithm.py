@@ -219,6 +219,7 @@ class Algorithm:
             )
         local = self.env_runner_group.local_worker()
         self._eval_runner.set_weights(local.get_weights())
+        self._eval_runner.set_global_timestep(self.counters.timesteps_total)  # exploration schedules
         self._eval_runner.set_filter_state(local.get_filter_state())
         by_episodes = self.config.evaluation_duration_unit == "episodes"
         duration = self.config.evaluation_duration

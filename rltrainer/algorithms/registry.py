@@ -8,6 +8,7 @@ from rltrainer.errors import ConfigError
 
 ALGORITHMS: dict[str, str] = {
     "PPO": "rltrainer.algorithms.ppo:PPO",
+    "DQN": "rltrainer.algorithms.dqn:DQN",
 }
 
 

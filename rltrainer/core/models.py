@@ -158,3 +158,109 @@ class ActorCritic(nn.Module):
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         return obs if self._run_trunk is None else self._run_trunk(obs)
+
+
+class QNetwork(nn.Module):
+    """Q-values ``[B, num_actions]`` from a flat observation (DQN), optionally dueling.
+
+    ``trunk`` (the ``fcnet_hiddens`` layers) feeds ``advantage`` (the ``hiddens`` head
+    layers, then one output per action); with ``dueling`` a separate ``value`` head gives
+    ``Q = V + A - mean(A)`` (Wang et al. 2016, eq. 9).
+    """
+
+    def __init__(
+        self,
+        obs_size: int,
+        num_actions: int,
+        fcnet_hiddens: list[int],
+        hiddens: list[int],
+        activation: str,
+        dueling: bool,
+    ) -> None:
+        super().__init__()
+        self.activation, self.dueling = activation, dueling
+        self.trunk = mlp([obs_size, *fcnet_hiddens], activation, out_gain=np.sqrt(2))
+        if fcnet_hiddens:
+            self.trunk.append(ACTIVATIONS[activation]())
+        features = fcnet_hiddens[-1] if fcnet_hiddens else obs_size
+        self.advantage = mlp([features, *hiddens, num_actions], activation, out_gain=1.0)
+        self.value = mlp([features, *hiddens, 1], activation, out_gain=1.0) if dueling else None
+        self._run_trunk = FastMLP(self.trunk, activation) if fcnet_hiddens else None
+        self._run_advantage = FastMLP(self.advantage, activation)
+        self._run_value = FastMLP(self.value, activation) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        features = obs if self._run_trunk is None else self._run_trunk(obs)
+        advantages = self._run_advantage(features)
+        if not self.dueling:
+            return advantages
+        return self._run_value(features) + advantages - advantages.mean(-1, keepdim=True)
+
+    def numpy_policy(self):
+        """``flat_obs (numpy) -> Q-values (numpy)`` without torch, for CPU inference."""
+        trunk = NumpyMLP(self._run_trunk, self.activation) if self._run_trunk is not None else None
+        advantage = NumpyMLP(self._run_advantage, self.activation)
+        value = NumpyMLP(self._run_value, self.activation) if self.dueling else None
+
+        def q_values(obs: np.ndarray) -> np.ndarray:
+            features = obs if trunk is None else trunk(obs)
+            advantages = advantage(features)
+            if value is None:
+                return advantages
+            return value(features) + advantages - advantages.mean(-1, keepdims=True)
+
+        return q_values
+
+
+class ContinuousQ(nn.Module):
+    """``Q(s, a)`` ``[B]`` for Box actions: an MLP over the concatenated observation and action."""
+
+    def __init__(self, obs_size: int, action_size: int, hiddens: list[int], activation: str) -> None:
+        super().__init__()
+        self.net = mlp([obs_size + action_size, *hiddens, 1], activation, out_gain=1.0)
+        self._run = FastMLP(self.net, activation)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self._run(torch.cat([obs, actions], dim=-1)).squeeze(-1)
+
+
+class PolicyMLP(nn.Module):
+    """Distribution inputs from a flat observation (SAC's actor): ``net``, one MLP."""
+
+    def __init__(self, obs_size: int, num_outputs: int, hiddens: list[int], activation: str) -> None:
+        super().__init__()
+        self.activation = activation
+        self.net = mlp([obs_size, *hiddens, num_outputs], activation, out_gain=0.01)
+        self._run = FastMLP(self.net, activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._run(obs)
+
+    def numpy_policy(self):
+        """``flat_obs (numpy) -> dist_inputs (numpy)`` without torch, for CPU inference."""
+        return NumpyMLP(self._run, self.activation)
+
+
+class TargetCopy:
+    """A target network's parameters re-homed into one flat buffer (requires_grad off),
+    so hard and soft (Polyak) updates from the online network's flat parameters are one op.
+
+    ``online_flat`` must hold the online network's parameters in the same order.
+    """
+
+    def __init__(self, target: nn.Module) -> None:
+        params = list(target.parameters())
+        self.data = torch.cat([p.detach().reshape(-1) for p in params])
+        offset = 0
+        for p in params:
+            p.requires_grad_(False)
+            p.data = self.data[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+
+    @torch.no_grad()
+    def update(self, online_flat: torch.Tensor, tau: float) -> None:
+        """``target = tau * online + (1 - tau) * target`` (tau=1: a hard copy)."""
+        if tau >= 1.0:
+            self.data.copy_(online_flat)
+        else:
+            self.data.lerp_(online_flat, tau)

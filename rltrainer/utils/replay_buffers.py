@@ -266,20 +266,15 @@ _BUFFER_TYPES: dict[str, type[ReplayBuffer]] = {
 _CONFIG_KEYS = ("type", "capacity", "alpha", "beta", "eps")
 
 
-def make_replay_buffer(
+def check_replay_buffer_config(
     replay_buffer_config: dict[str, Any],
-    obs_shape: tuple[int, ...],
-    obs_dtype: Any = np.float32,
-    action_shape: tuple[int, ...] = (),
-    action_dtype: Any = np.int64,
-    seed: int | None = None,
-) -> ReplayBuffer:
-    """A buffer from an RLlib-style ``{"type": ..., "capacity": ..., "alpha": ..., "beta": ...}``.
+) -> tuple[type[ReplayBuffer], int, dict[str, float]]:
+    """``(class, capacity, prioritized kwargs)`` of an RLlib-style replay_buffer_config.
 
     ``type`` is one of ``_BUFFER_TYPES``' names or a ``ReplayBuffer`` subclass (default
     ``"ReplayBuffer"``); ``capacity`` defaults to 50_000. ``alpha``, ``beta`` and ``eps``
     configure a prioritized buffer and are ignored by a uniform one, so switching ``type``
-    alone works.
+    alone works. Raises ``ValueError`` naming the bad key and what is allowed.
     """
     unknown = sorted(set(replay_buffer_config) - set(_CONFIG_KEYS))
     if unknown:
@@ -297,8 +292,29 @@ def make_replay_buffer(
     capacity = replay_buffer_config.get("capacity", 50_000)
     if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or capacity < 1:
         raise ValueError(f"replay_buffer_config capacity must be a positive int, got {capacity!r}")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, float] = {}
     if issubclass(cls, PrioritizedReplayBuffer):
-        given = [key for key in ("alpha", "beta", "eps") if key in replay_buffer_config]
-        kwargs = {key: float(replay_buffer_config[key]) for key in given}
-    return cls(int(capacity), obs_shape, obs_dtype, action_shape, action_dtype, seed=seed, **kwargs)
+        for key in ("alpha", "beta", "eps"):
+            if key not in replay_buffer_config:
+                continue
+            value = replay_buffer_config[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"replay_buffer_config needs a number {key} >= 0, got {value!r}")
+            kwargs[key] = float(value)
+        if kwargs.get("eps", 1.0) <= 0:
+            raise ValueError("replay_buffer_config eps must be > 0")
+    return cls, int(capacity), kwargs
+
+
+def make_replay_buffer(
+    replay_buffer_config: dict[str, Any],
+    obs_shape: tuple[int, ...],
+    obs_dtype: Any = np.float32,
+    action_shape: tuple[int, ...] = (),
+    action_dtype: Any = np.int64,
+    seed: int | None = None,
+) -> ReplayBuffer:
+    """A buffer from an RLlib-style ``{"type": ..., "capacity": ..., "alpha": ..., "beta": ...}``
+    (see ``check_replay_buffer_config``)."""
+    cls, capacity, kwargs = check_replay_buffer_config(replay_buffer_config)
+    return cls(capacity, obs_shape, obs_dtype, action_shape, action_dtype, seed=seed, **kwargs)
