@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean crds images
+.PHONY: install demo test lint bench clean crds images e2e
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# End to end without a cluster (tests/e2e): the operator, real local Ray clusters played by the
+# local KubeRay, moto's S3. About 10 minutes on 2 cores, so `make test` leaves it out.
+e2e: $(STAMP)
+	$(BIN)/python -m pytest tests/e2e -m e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check rltrainer operator tests bench

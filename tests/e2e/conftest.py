@@ -1,0 +1,41 @@
+"""End-to-end tests: real local Ray clusters (``LocalKubeRay``), the real operator, moto's S3.
+
+Marked ``e2e`` and skipped by a plain ``pytest`` (``make test``): ``make e2e`` runs them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.e2e.helpers import wait_for_no_marked_processes
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "e2e: end to end with real local Ray clusters (make e2e)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test here ``e2e``; skip them unless asked for: ``-m e2e``, a path under
+    ``tests/e2e`` on the command line, or ``RLTRAINER_E2E=1`` (they take ~10 minutes on 2 cores)."""
+    marks = config.getoption("-m") or ""
+    wanted = (
+        ("e2e" in marks and "not e2e" not in marks)
+        or any("e2e" in str(arg) for arg in config.args)
+        or os.environ.get("RLTRAINER_E2E") == "1"
+    )
+    skip = pytest.mark.skip(reason="end to end, ~10 min: make e2e (or pytest -m e2e, RLTRAINER_E2E=1)")
+    for item in items:
+        if "/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+            if not wanted:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind():
+    """After the e2e tests: not one process started by a harness of this run may survive."""
+    yield
+    left = wait_for_no_marked_processes(10)
+    assert not left, f"local KubeRay processes left behind: {left}"

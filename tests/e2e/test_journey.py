@@ -1,0 +1,363 @@
+"""The whole user journey without a cluster: the real operator, real Ray, S3 over HTTP.
+
+The Kubernetes API is kmock (``testing/kapi.py``), KubeRay is ``LocalKubeRay`` (real local Ray
+clusters), S3 is moto's server, and the operator is the real kopf runtime with the real
+handlers. Experiments are applied through the ``kubernetes`` client as ``kubectl apply``
+would; the driver is submitted through Ray's real job API and runs the real ``rltrainer``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+
+from rltrainer_operator.builders.naming import raycluster_name
+from rltrainer_operator.settings import Settings
+from rltrainer_operator.testing.local_stack import FAKE_CREDENTIALS, REGION, LocalStack
+from rltrainer_operator.testing.runner import OperatorRunner
+from tests.e2e.helpers import MERGE, get_raycluster, wait_for
+
+BUCKET = "rl-checkpoints"
+RLTRAINER = str(Path(sys.executable).with_name("rltrainer"))
+
+# tuned_examples/ppo_cartpole.yaml, less what the spec owns (num_envs_per_env_runner).
+TUNED_PPO_CARTPOLE = {
+    "rollout_fragment_length": 32,
+    "train_batch_size": 256,
+    "minibatch_size": 256,
+    "num_epochs": 20,
+    "gamma": 0.98,
+    "lambda": 0.8,
+    "lr": [[0, 0.003], [50000, 0.0003]],
+    "clip_param": 0.2,
+    "entropy_coeff": 0.0,
+    "kl_coeff": 0.0,
+    "vf_clip_param": None,
+    "metrics_num_episodes_for_smoothing": 20,
+    "model": {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"},
+    # Replace a lost env runner as soon as its pod is back (rltrainer's default waits 60 s).
+    "delay_between_env_runner_restarts_s": 1,
+}
+
+
+@dataclasses.dataclass
+class Platform:
+    stack: LocalStack
+    operator: OperatorRunner
+    custom: Any
+    core: Any
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    _last: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def kuberay(self):
+        return self.stack.kuberay
+
+    def apply(self, name: str, namespace: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": "rltrainer.io/v1alpha1",
+            "kind": "RLExperiment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+        self.custom.create_namespaced_custom_object(
+            "rltrainer.io", "v1alpha1", namespace, "rlexperiments", body
+        )
+
+    def get(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                "rltrainer.io", "v1alpha1", namespace, "rlexperiments", name
+            )
+        except kubernetes.client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def status(self, name: str, namespace: str) -> dict[str, Any]:
+        return (self.get(name, namespace) or {}).get("status") or {}
+
+    def patch_spec(self, name: str, namespace: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            "rltrainer.io", "v1alpha1", namespace, "rlexperiments", name, {"spec": spec}, _content_type=MERGE
+        )
+
+    def wait(self, what: str, name: str, namespace: str, check, timeout_s: float) -> dict[str, Any]:
+        """Wait until ``check(status)`` holds; fail early if the experiment Failed."""
+
+        def probe():
+            status = self.status(name, namespace)
+            self.log(name, namespace, status)
+            if status.get("phase") == "Failed":
+                raise AssertionError(f"{namespace}/{name} failed: {status.get('message')}")
+            return status if check(status) else None
+
+        return wait_for(f"{namespace}/{name}: {what}", probe, timeout_s, interval_s=1)
+
+    def log(self, name: str, namespace: str, status: dict[str, Any]) -> None:
+        """Print each new phase/iteration/restart count: the journey's timeline in the test output."""
+        keys = ("phase", "iteration", "episodeReturnMean", "restarts", "envRunnerRestarts", "jobId")
+        seen = tuple(status.get(key) for key in keys)
+        if self._last.get((namespace, name)) != seen:
+            self._last[(namespace, name)] = seen
+            summary = " ".join(f"{key}={value}" for key, value in zip(keys, seen, strict=True))
+            print(f"[{time.monotonic() - self.started:6.1f}s] {namespace}/{name}: {summary}", flush=True)
+            if status.get("phase") in ("Restarting", "Failed", "Suspended"):
+                print(f"          message: {status.get('message')}", flush=True)
+
+    def wait_phase(self, phase: str, name: str, namespace: str, timeout_s: float) -> dict[str, Any]:
+        return self.wait(f"phase {phase}", name, namespace, lambda s: s.get("phase") == phase, timeout_s)
+
+    def credentials_secret(self, namespace: str) -> None:
+        data = {key: base64.b64encode(value.encode()).decode() for key, value in FAKE_CREDENTIALS.items()}
+        self.core.create_namespaced_secret(namespace, {"metadata": {"name": "s3-creds"}, "data": data})
+
+
+@pytest.fixture
+def platform(monkeypatch):
+    """API stand-in + local KubeRay + moto S3 + the operator (watching every namespace)."""
+    # The operator reads progress with its own identity: the environment's (the chart's) credentials.
+    for key, value in {**FAKE_CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "RAY_ADDRESS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    stack = LocalStack(s3_bucket=BUCKET).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", stack.s3_endpoint)  # for the rltrainer CLI calls below
+    settings = Settings(
+        poll_interval_s=1, backoff_base_s=2, backoff_max_s=10, provision_timeout_s=300, metrics_port=0
+    )
+    operator = None
+    try:
+        operator = OperatorRunner(stack.api.url, namespaces=None, settings=settings).start()
+        yield Platform(
+            stack,
+            operator,
+            kubernetes.client.CustomObjectsApi(stack.api_client),
+            kubernetes.client.CoreV1Api(stack.api_client),
+        )
+    finally:
+        if operator is not None:
+            operator.stop()
+        kuberay = stack.kuberay
+        stack.stop()
+        assert not kuberay.processes(), "processes left behind"
+        assert not kuberay.errors, kuberay.errors
+
+
+def storage(stack: LocalStack) -> dict[str, Any]:
+    return {"endpointURL": stack.s3_endpoint, "region": REGION, "credentialsSecretRef": {"name": "s3-creds"}}
+
+
+def rltrainer(*args: str, timeout_s: float = 180) -> str:
+    done = subprocess.run(
+        [RLTRAINER, *args], capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ)
+    )
+    assert done.returncode == 0, f"rltrainer {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def checkpoint_iterations(uri: str) -> list[int]:
+    """Iterations of ``rltrainer checkpoints list URI``, in its (oldest-first) order."""
+    lines = rltrainer("checkpoints", "list", uri).splitlines()[1:]
+    return [int(line.split()[0]) for line in lines if line.strip()]
+
+
+def checkpoint_iteration(uri: str) -> int:
+    return int(re.search(r"checkpoint_(\d+)", uri).group(1))
+
+
+def job_logs(platform: Platform, namespace: str, cluster: str, job_id: str) -> str:
+    """The driver's output from Ray's job API ("" while the cluster or the job is not there)."""
+    status = (get_raycluster(platform.custom, namespace, cluster) or {}).get("status") or {}
+    if "dashboard" not in status.get("endpoints", {}):
+        return ""
+    url = f"http://{status['head']['serviceIP']}:{status['endpoints']['dashboard']}/api/jobs/{job_id}/logs"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.loads(response.read())["logs"]
+    except OSError:
+        return ""
+
+
+@pytest.mark.timeout(900)
+def test_journey(platform):
+    """Apply, train, lose a rollout worker, lose the head, resume from S3, succeed, evaluate."""
+    ns, name = "rl", "cartpole"
+    cluster = raycluster_name(name)
+    platform.credentials_secret(ns)
+    started = time.monotonic()
+
+    # 1. kubectl apply: PPO on CartPole-v1, 1 learner, 2 rollout workers, a checkpoint per iteration.
+    platform.apply(
+        name,
+        ns,
+        {
+            "algorithm": "PPO",
+            "env": "CartPole-v1",
+            "config": TUNED_PPO_CARTPOLE,
+            "stop": {"episode_return_mean": 475, "timesteps_total": 150000},
+            "checkpoint": {"uri": f"s3://{BUCKET}/experiments", "frequency": 1},
+            "storage": storage(platform.stack),
+            "learners": {"replicas": 1, "cpusPerLearner": 1, "memory": "1Gi"},
+            "rollouts": {"replicas": 2, "envsPerRunner": 8, "memory": "1Gi"},
+            "head": {"cpu": "1", "memory": "2Gi"},
+            "faultTolerance": {"backoffLimit": 3},
+        },
+    )
+
+    # 2. Provisioned by the operator, brought up by the local KubeRay, driver submitted: Running,
+    # with iteration and return moving.
+    first = platform.wait(
+        "training progress",
+        name,
+        ns,
+        lambda s: s.get("phase") == "Running" and (s.get("iteration") or 0) >= 2,
+        300,
+    )
+    assert first["jobId"].endswith("-1") and first["rayClusterName"] == cluster
+    assert first["episodeReturnMean"] is not None
+    later = platform.wait(
+        "iteration and return moving",
+        name,
+        ns,
+        lambda s: (
+            (s.get("iteration") or 0) >= first["iteration"] + 3
+            and s.get("episodeReturnMean") != first["episodeReturnMean"]
+        ),
+        120,
+    )
+    print(f"running after {time.monotonic() - started:.0f}s: iteration {later['iteration']}")
+
+    # 3. A rollout worker's pod dies: training goes on, and the env runner restart is reported.
+    platform.kuberay.kill_worker(ns, cluster, "rollouts")
+    after_kill = platform.wait(
+        "the env runner restart reported",
+        name,
+        ns,
+        lambda s: (s.get("envRunnerRestarts") or 0) >= 1,
+        180,
+    )
+    platform.wait(
+        "training after the worker's loss",
+        name,
+        ns,
+        lambda s: (s.get("iteration") or 0) >= after_kill["iteration"] + 2,
+        120,
+    )
+    status = platform.status(name, ns)
+    assert status["phase"] == "Running" and status["restarts"] == 0 and status["jobId"] == first["jobId"]
+    assert platform.kuberay.restarts(ns, cluster).get("rollouts") == 1
+
+    # 4. The head dies (KubeRay does not recreate it): the operator restarts the experiment on a
+    # new cluster, resuming from the newest checkpoint in S3.
+    platform.wait("a checkpoint", name, ns, lambda s: s.get("lastCheckpoint"), 60)
+    platform.kuberay.kill_head(ns, cluster)
+    restarting = platform.wait_phase("Restarting", name, ns, 60)
+    resume_from = checkpoint_iteration(restarting["lastCheckpoint"])
+    resumed = platform.wait(
+        "the second attempt running",
+        name,
+        ns,
+        lambda s: s.get("phase") in ("Running", "Succeeded") and s.get("jobId", "").endswith("-2"),
+        300,
+    )
+    assert resumed["restarts"] == 1
+    print(f"resumed after {time.monotonic() - started:.0f}s from iteration {resume_from}")
+    # The driver's own words (Ray's job logs): it continues from an S3 checkpoint at least as new
+    # as the one the restart began with.
+    logs = wait_for(
+        "the driver to say where it resumes from",
+        lambda: (
+            (text := job_logs(platform, ns, cluster, resumed["jobId"])) and "resuming from" in text and text
+        ),
+        120,
+    )
+    resumed_from = re.search(r"resuming from (s3://\S+)", logs).group(1)
+    assert checkpoint_iteration(resumed_from) >= resume_from, logs
+
+    # 5. Succeeded; the checkpoints are in S3, continuous across the restart; the newest is solved.
+    done = platform.wait_phase("Succeeded", name, ns, 420)
+    print(f"succeeded after {time.monotonic() - started:.0f}s at iteration {done['iteration']}")
+    assert done["iteration"] > resume_from and done["restarts"] == 1
+    uri = f"s3://{BUCKET}/experiments/{ns}/{name}"
+    iterations = checkpoint_iterations(uri)
+    assert iterations == sorted(set(iterations)), f"a restart started over: {iterations}"
+    assert resume_from in iterations and iterations[-1] == done["iteration"]
+    assert checkpoint_iteration(done["lastCheckpoint"]) == done["iteration"]
+    out = rltrainer("evaluate", done["lastCheckpoint"], "--episodes", "10")
+    score = float(re.search(r"mean return over \d+ episodes: ([0-9.]+)", out).group(1))
+    assert score >= 475, out
+    # shutdownAfterFinish: the cluster and every one of its processes are gone.
+    wait_for("the RayCluster deleted", lambda: get_raycluster(platform.custom, ns, cluster) is None, 60)
+    wait_for("its processes gone", lambda: not platform.kuberay.processes(ns, cluster), 30)
+
+
+def small_experiment(stack: LocalStack, iterations: int) -> dict[str, Any]:
+    """Two Ray nodes (head + one rollout worker), a few quick iterations."""
+    return {
+        "algorithm": "PPO",
+        "env": "CartPole-v1",
+        "config": {"train_batch_size": 256, "minibatch_size": 128, "num_epochs": 2},
+        "stop": {"training_iteration": iterations},
+        "checkpoint": {"uri": f"s3://{BUCKET}/small", "frequency": 1},
+        "storage": storage(stack),
+        "learners": {"replicas": 0},
+        "rollouts": {"replicas": 1, "envsPerRunner": 4, "memory": "1Gi"},
+        "head": {"cpu": "1", "memory": "2Gi"},
+    }
+
+
+@pytest.mark.timeout(600)
+def test_side_by_side_suspend_resume_and_delete(platform):
+    """Two experiments of one name in two namespaces; suspend/resume one, delete the other."""
+    name = "twin"
+    cluster = raycluster_name(name)
+    for ns in ("alpha", "beta"):
+        platform.credentials_secret(ns)
+        platform.apply(name, ns, small_experiment(platform.stack, iterations=12 if ns == "alpha" else 1000))
+    for ns in ("alpha", "beta"):
+        platform.wait(
+            "running", name, ns, lambda s: s.get("phase") == "Running" and (s.get("iteration") or 0) >= 2, 300
+        )
+    assert set(platform.kuberay.processes("alpha", cluster)).isdisjoint(
+        platform.kuberay.processes("beta", cluster)
+    )
+
+    # Suspend alpha: its job stops and its cluster goes, with every process; beta goes on.
+    platform.patch_spec(name, "alpha", {"suspend": True})
+    suspended = platform.wait_phase("Suspended", name, "alpha", 60)
+    wait_for("alpha's processes gone", lambda: not platform.kuberay.processes("alpha", cluster), 60)
+    beta = platform.status(name, "beta")
+    platform.wait("beta still training", name, "beta", lambda s: s["iteration"] >= beta["iteration"] + 2, 120)
+
+    # Delete beta while it runs: the finalizer stops its job and deletes its cluster: no process left.
+    platform.custom.delete_namespaced_custom_object("rltrainer.io", "v1alpha1", "beta", "rlexperiments", name)
+    wait_for("beta gone", lambda: platform.get(name, "beta") is None, 60)
+    wait_for("beta's RayCluster gone", lambda: get_raycluster(platform.custom, "beta", cluster) is None, 30)
+    wait_for("beta's processes gone", lambda: not platform.kuberay.processes("beta", cluster), 60)
+
+    # Resume alpha: a new cluster, continuing from its newest checkpoint to the end.
+    platform.patch_spec(name, "alpha", {"suspend": False})
+    done = platform.wait_phase("Succeeded", name, "alpha", 300)
+    assert done["iteration"] == 12
+    iterations = checkpoint_iterations(f"s3://{BUCKET}/small/alpha/{name}")
+    assert iterations == sorted(set(iterations)) and iterations[-1] == 12, iterations
+    assert (suspended.get("iteration") or 0) >= 2
+    # Beta's checkpoints stayed in beta's folder (and were kept after its deletion).
+    beta_iterations = checkpoint_iterations(f"s3://{BUCKET}/small/beta/{name}")
+    assert beta_iterations and beta_iterations[-1] < 1000
+    wait_for("alpha's processes gone", lambda: not platform.kuberay.processes("alpha", cluster), 60)

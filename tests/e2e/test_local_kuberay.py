@@ -1,0 +1,271 @@
+"""The local KubeRay on its own (no operator): RayClusters become real local Ray clusters.
+
+What it shows: a RayCluster written by hand becomes ready with a working job API; a job sees
+the worker groups' custom resources and each pod's environment (plain values and Secrets);
+killed workers come back; worker groups scale; a lost head stays lost under KubeRay's
+``disable-provisioned-head-restart`` annotation and comes back without it; suspend stops every
+process and resume brings the cluster back; two clusters of the same name in two namespaces
+run side by side; deleting a RayCluster (or closing the harness) leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import kubernetes
+import pytest
+
+from rltrainer_operator.ray_jobs import RayJobClient
+from rltrainer_operator.testing.kapi import KubeAPIServer
+from rltrainer_operator.testing.local_kuberay import LocalKubeRay, _desired_replicas, parse_resources
+from rltrainer_operator.testing.local_stack import declare_resources
+from tests.e2e.helpers import MERGE, condition, get_raycluster, wait_for, wait_ready
+
+# What a job on the cluster reports: resources, the head's env, and a rollout worker's env.
+PROBE = """
+import json, os, ray
+ray.init()
+@ray.remote(num_cpus=0, resources={"rltrainer_rollout": 0.01})
+def on_rollout_node():
+    return {"plain": os.environ.get("PLAIN"), "secret": os.environ.get("SECRET_VALUE")}
+print("PROBE " + json.dumps({
+    "resources": ray.cluster_resources(),
+    "head_env": {"plain": os.environ.get("PLAIN"), "secret": os.environ.get("SECRET_VALUE"),
+                 "aws": os.environ.get("AWS_SECRET_ACCESS_KEY")},
+    "rollout_env": ray.get(on_rollout_node.remote(), timeout=60),
+}))
+"""
+
+
+def raycluster(name: str, namespace: str, *, rollouts: int = 2, learners: int = 0, annotate: bool = True):
+    env = [
+        {"name": "PLAIN", "value": f"plain-{namespace}"},
+        {"name": "SECRET_VALUE", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+    ]
+
+    def template(container: str) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": container, "image": "rayproject/ray:2.60.0", "env": env}]}}
+
+    def group(group_name: str, replicas: int, resource: str, **params: str) -> dict[str, Any]:
+        return {
+            "groupName": group_name,
+            "replicas": replicas,
+            "minReplicas": 0,
+            "maxReplicas": 4,
+            # KubeRay's shell-quoted JSON, exactly as the operator writes it.
+            "rayStartParams": {"num-cpus": "1", "resources": json.dumps(json.dumps({resource: 1})), **params},
+            "template": template("ray-worker"),
+        }
+
+    groups = [group("rollouts", rollouts, "rltrainer_rollout")]
+    if learners:
+        groups.append(group("learners", learners, "rltrainer_learner", **{"num-gpus": "1"}))
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {"ray.io/disable-provisioned-head-restart": "true"} if annotate else {},
+        },
+        "spec": {
+            "rayVersion": "2.60.0",
+            "headGroupSpec": {
+                "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "1"},
+                "template": template("ray-head"),
+            },
+            "workerGroupSpecs": groups,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def stack():
+    """An API server with the CRDs, and a local KubeRay watching it."""
+    with KubeAPIServer(declare_resources) as server:
+        client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=server.url))
+        core = kubernetes.client.CoreV1Api(client)
+        for namespace in ("team-a", "team-b"):
+            token = base64.b64encode(f"secret-{namespace}".encode()).decode()
+            secret = {"metadata": {"name": "creds"}, "data": {"token": token}}
+            core.create_namespaced_secret(namespace, secret)
+        kuberay = LocalKubeRay(client).start()
+        try:
+            yield kubernetes.client.CustomObjectsApi(client), kuberay
+        finally:
+            kuberay.close()
+            client.close()
+            server.stop()
+        assert not kuberay.processes(), "close() left processes behind"
+        assert not kuberay.errors, kuberay.errors
+
+
+def dashboard(obj: dict[str, Any]) -> str:
+    status = obj["status"]
+    return f"http://{status['head']['serviceIP']}:{status['endpoints']['dashboard']}"
+
+
+def run_probe(obj: dict[str, Any], submission_id: str) -> dict[str, Any]:
+    """Run PROBE through Ray's job API; its report."""
+    jobs = RayJobClient(dashboard(obj), timeout_s=30)
+    entrypoint = f"{shlex.quote(sys.executable)} -c {shlex.quote(PROBE)}"
+    jobs.submit({"submission_id": submission_id, "entrypoint": entrypoint})
+    job = wait_for(
+        f"job {submission_id} to finish", lambda: (j := jobs.get(submission_id)) and j.finished and j, 120
+    )
+    with urllib.request.urlopen(f"{dashboard(obj)}/api/jobs/{submission_id}/logs", timeout=30) as response:
+        logs = json.loads(response.read())["logs"]
+    assert job.status == "SUCCEEDED", f"{job.status}: {job.message}\n{logs}"
+    line = next(line for line in logs.splitlines() if line.startswith("PROBE "))
+    return json.loads(line[len("PROBE ") :])
+
+
+def alive_nodes(obj: dict[str, Any]) -> int:
+    """ALIVE nodes in Ray's state API (the GCS's view, which lags a pod's death by a few seconds)."""
+    with urllib.request.urlopen(f"{dashboard(obj)}/api/v0/nodes?limit=100", timeout=30) as response:
+        nodes = json.loads(response.read())["data"]["result"]["result"]
+    return sum(1 for node in nodes if node["state"] == "ALIVE")
+
+
+def patch_spec(custom: Any, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    custom.patch_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", name, {"spec": spec}, _content_type=MERGE
+    )
+
+
+def set_rollouts(custom: Any, namespace: str, name: str, replicas: int) -> None:
+    obj = get_raycluster(custom, namespace, name)
+    groups = obj["spec"]["workerGroupSpecs"]
+    for group in groups:
+        if group["groupName"] == "rollouts":
+            group["replicas"] = replicas
+    patch_spec(custom, namespace, name, {"workerGroupSpecs": groups})
+
+
+def test_resources_parse_both_kuberay_and_plain_json():
+    assert parse_resources('"{\\"rltrainer_rollout\\": 1}"') == {"rltrainer_rollout": 1.0}
+    assert parse_resources('\'"{\\"a\\": 2}"\'') == {"a": 2.0}
+    assert parse_resources('{"a": 1, "b": 0.5}') == {"a": 1.0, "b": 0.5}
+    assert parse_resources({"a": 3}) == {"a": 3.0}
+    with pytest.raises(ValueError):
+        parse_resources("[1]")
+
+
+def test_desired_replicas_are_clamped_like_kuberay():
+    assert _desired_replicas({"replicas": 5, "minReplicas": 0, "maxReplicas": 3}) == 3
+    assert _desired_replicas({"replicas": 0, "minReplicas": 1, "maxReplicas": 3}) == 1
+    assert _desired_replicas({"replicas": 2, "suspend": True}) == 0
+    assert _desired_replicas({"replicas": 2, "numOfHosts": 2}) == 4
+
+
+@pytest.mark.timeout(600)
+def test_cluster_lifecycle(stack):
+    custom, kuberay = stack
+    ns, name = "team-a", "rc"
+    body = raycluster(name, ns, learners=1)
+    custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", body)
+    obj = wait_ready(custom, ns, name)
+    status = obj["status"]
+    assert status["state"] == "ready"
+    assert status["head"]["serviceIP"] == "127.0.0.1"
+    assert status["head"]["serviceName"] == f"{name}-head-svc"
+    assert status["desiredWorkerReplicas"] == status["availableWorkerReplicas"] == 3
+    assert status["observedGeneration"] == 1
+    assert "learners asks for 1 GPU(s) per pod: advertised as 0" in status["reason"]
+    with urllib.request.urlopen(f"{dashboard(obj)}/api/version", timeout=10) as response:
+        assert json.loads(response.read())["ray_version"] == "2.60.0"
+
+    # A job through Ray's job API sees the groups' resources and every pod's environment.
+    report = run_probe(obj, "probe-1")
+    resources = report["resources"]
+    assert resources["rltrainer_rollout"] == 2 and resources["rltrainer_learner"] == 1
+    assert resources["CPU"] == 4 and "GPU" not in resources
+    assert report["head_env"] == {"plain": "plain-team-a", "secret": "secret-team-a", "aws": None}
+    assert report["rollout_env"] == {"plain": "plain-team-a", "secret": "secret-team-a"}
+
+    # A killed worker pod comes back (a new pod) and rejoins.
+    killed = kuberay.kill_worker(ns, name, "rollouts")
+    wait_for("the worker's restart", lambda: kuberay.restarts(ns, name).get("rollouts") == 1, 30)
+    obj = wait_ready(custom, ns, name)
+    assert killed not in [pod.name for pod in kuberay.pods(ns, name)["rollouts"]]
+    wait_for("Ray to drop the dead node", lambda: alive_nodes(obj) == 4, 60)
+    assert run_probe(obj, "probe-2")["resources"]["rltrainer_rollout"] == 2
+
+    # Live scaling: replicas 2 -> 1 removes a pod, 1 -> 2 adds one.
+    set_rollouts(custom, ns, name, 1)
+    wait_for("one rollout pod", lambda: len(kuberay.pods(ns, name)["rollouts"]) == 1, 30)
+    obj = wait_for(
+        "status with 2 desired workers",
+        lambda: (o := get_raycluster(custom, ns, name))["status"].get("desiredWorkerReplicas") == 2 and o,
+        30,
+    )
+    assert obj["status"]["observedGeneration"] == 2
+    set_rollouts(custom, ns, name, 2)
+    wait_ready(custom, ns, name)
+    assert len(kuberay.pods(ns, name)["rollouts"]) == 2
+
+    # The head dies: with disable-provisioned-head-restart, KubeRay leaves it dead.
+    kuberay.kill_head(ns, name)
+    obj = wait_for(
+        "HeadPodReady False",
+        lambda: condition(o := get_raycluster(custom, ns, name), "HeadPodReady")["status"] == "False" and o,
+        30,
+    )
+    assert condition(obj, "HeadPodReady")["reason"] == "HeadPodNotFound"
+    assert condition(obj, "RayClusterProvisioned")["status"] == "True"  # stays True once provisioned
+    time.sleep(3)
+    assert kuberay.pods(ns, name)["head"] == []
+    assert condition(get_raycluster(custom, ns, name), "HeadPodReady")["status"] == "False"
+
+    # Deleting the RayCluster stops every one of its processes.
+    custom.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", name)
+    wait_for("no processes of the deleted cluster", lambda: not kuberay.processes(ns, name), 30)
+
+
+@pytest.mark.timeout(600)
+def test_side_by_side_suspend_resume_and_head_restart(stack):
+    custom, kuberay = stack
+    # Same name, two namespaces; "team-b" without the annotation: its head is restarted.
+    for ns, annotate in (("team-a", True), ("team-b", False)):
+        body = raycluster("twin", ns, rollouts=1, annotate=annotate)
+        custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", body)
+    a, b = wait_ready(custom, "team-a", "twin"), wait_ready(custom, "team-b", "twin")
+    assert a["status"]["endpoints"]["dashboard"] != b["status"]["endpoints"]["dashboard"]
+    assert set(kuberay.processes("team-a", "twin")).isdisjoint(kuberay.processes("team-b", "twin"))
+    for obj, ns in ((a, "team-a"), (b, "team-b")):
+        report = run_probe(obj, f"twin-{ns}")
+        assert report["resources"]["rltrainer_rollout"] == 1 and report["resources"]["CPU"] == 2
+        assert report["head_env"]["secret"] == f"secret-{ns}"
+
+    # Suspend team-a: all of its processes stop; team-b does not notice.
+    patch_spec(custom, "team-a", "twin", {"suspend": True})
+    wait_for("team-a's processes gone", lambda: not kuberay.processes("team-a", "twin"), 30)
+    obj = wait_for(
+        "team-a suspended",
+        lambda: (o := get_raycluster(custom, "team-a", "twin"))["status"].get("state") == "suspended" and o,
+        30,
+    )
+    assert condition(obj, "RayClusterSuspended")["status"] == "True"
+    assert condition(obj, "HeadPodReady")["status"] == "False"
+    assert run_probe(b, "twin-b-2")["resources"]["rltrainer_rollout"] == 1
+
+    # Resume: the cluster comes back (a new head: suspend deleted every pod).
+    patch_spec(custom, "team-a", "twin", {"suspend": False})
+    obj = wait_ready(custom, "team-a", "twin")
+    assert condition(obj, "RayClusterSuspended")["status"] == "False"
+    assert run_probe(obj, "twin-a-2")["resources"]["rltrainer_rollout"] == 1
+
+    # team-b has no disable-provisioned-head-restart: a dead head is recreated, workers rejoin.
+    old_head = kuberay.kill_head("team-b", "twin")
+    wait_for("team-b's head restart", lambda: kuberay.restarts("team-b", "twin").get("head") == 1, 30)
+    obj = wait_ready(custom, "team-b", "twin")
+    assert obj["status"]["head"]["podName"] != old_head
+    assert obj["status"]["endpoints"] == b["status"]["endpoints"]  # the Service's address stays
+    assert run_probe(obj, "twin-b-3")["resources"]["rltrainer_rollout"] == 1
+    # Both are left running: closing the harness (the fixture) must stop them all.
