@@ -115,6 +115,10 @@ class Reconciler:
     def reconcile(self, body: dict[str, Any]) -> Outcome:
         step = _Step(self, body)
         step.run()
+        if not step.meta.get("deletionTimestamp"):
+            # Every generation is observed, even one that changes nothing now (a config edit
+            # applies at the next restart): GitOps tools wait for observedGeneration.
+            step.status.observedGeneration = step.generation
         return step.outcome()
 
     def finalize(self, body: dict[str, Any]) -> None:
@@ -239,8 +243,7 @@ class _Step:
         if self.meta.get("deletionTimestamp"):
             return  # the finalizer handles it
         phase = self.status.phase
-        fixed_spec = self.status.observedGeneration != self.generation
-        if phase == Phase.FAILED and not (fixed_spec and self._failed_for_invalid_spec()):
+        if phase == Phase.FAILED and not self._invalid_spec_was_changed():
             return self._finished()
         if phase == Phase.SUCCEEDED:
             return self._finished()
@@ -264,8 +267,12 @@ class _Step:
         }[phase]
         handler()
 
-    def _failed_for_invalid_spec(self) -> bool:
-        return any(c.type == "Failed" and c.reason == "InvalidSpec" for c in self.status.conditions)
+    def _invalid_spec_was_changed(self) -> bool:
+        """Failed for an invalid spec, and the spec changed since (it may be fixed now)."""
+        return any(
+            c.type == "Failed" and c.reason == "InvalidSpec" and c.observedGeneration != self.generation
+            for c in self.status.conditions
+        )
 
     # Pending -> Provisioning
     def _start(self, reason: str = "Provisioning") -> None:

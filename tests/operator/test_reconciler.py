@@ -343,3 +343,11 @@ def test_kueue_queue_label_reaches_the_raycluster(op, kube, kuberay):
     apply(kube, manifest)
     op.step()
     assert kuberay.get(NS, CLUSTER)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+
+
+def test_every_generation_is_observed_even_without_a_transition(op, kube, kuberay, ray_api):
+    status = start_running(op, kuberay)
+    patch_spec(kube, {"config": {"train_batch_size": 512}})  # applies at the next restart
+    status = op.step()
+    assert status["phase"] == "Running" and status["observedGeneration"] == 2
+    assert len(ray_api.submissions) == 1  # the running driver is left alone
