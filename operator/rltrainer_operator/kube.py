@@ -15,6 +15,7 @@ from typing import Any
 
 import kopf
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from rltrainer import __version__
@@ -24,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayclusters"
 MERGE_PATCH = "application/merge-patch+json"
+#: The API did not answer at all (refused, reset, timed out after the client's own retries).
+TRANSPORT_ERRORS = (OSError, urllib3.exceptions.HTTPError)
 #: Seconds before kopf retries after an API failure.
 RETRY_DELAY_S = 10
 
@@ -72,7 +75,7 @@ class Kube:
             if err.status == 404:
                 return None
             raise _temporary(f"get RayCluster {namespace}/{name}", err) from None
-        except OSError as err:
+        except TRANSPORT_ERRORS as err:
             raise _temporary(f"get RayCluster {namespace}/{name}", err) from None
 
     def create_raycluster(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +91,7 @@ class Kube:
                 if existing is not None:
                     return existing
             raise _temporary(f"create RayCluster {namespace}/{name}", err) from None
-        except OSError as err:
+        except TRANSPORT_ERRORS as err:
             raise _temporary(f"create RayCluster {namespace}/{name}", err) from None
         return created
 
@@ -97,7 +100,7 @@ class Kube:
             return self.custom.patch_namespaced_custom_object(
                 RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name, patch, _content_type=MERGE_PATCH
             )
-        except (ApiException, OSError) as err:
+        except (ApiException, *TRANSPORT_ERRORS) as err:
             raise _temporary(f"patch RayCluster {namespace}/{name}", err) from None
 
     def delete_raycluster(self, namespace: str, name: str) -> bool:
@@ -114,7 +117,7 @@ class Kube:
         except ApiException as err:
             if err.status != 404:  # deleted meanwhile: nothing to report on
                 raise _temporary(f"patch RLExperiment {namespace}/{name} status", err) from None
-        except OSError as err:
+        except TRANSPORT_ERRORS as err:
             raise _temporary(f"patch RLExperiment {namespace}/{name} status", err) from None
 
     def delete_experiment(self, namespace: str, name: str) -> bool:
@@ -135,6 +138,6 @@ class Kube:
             if err.status == 404:
                 return False
             raise _temporary(f"delete {kind} {namespace}/{name}", err) from None
-        except OSError as err:
+        except TRANSPORT_ERRORS as err:
             raise _temporary(f"delete {kind} {namespace}/{name}", err) from None
         return True
