@@ -31,7 +31,9 @@ def test_progress_is_read_from_the_experiment_folder_in_s3(s3_endpoint):  # noqa
     spec = spec_for(s3_endpoint)
     assert read(spec, "ml", "cartpole") is None  # nothing written yet
     progress = {"iteration": 4, "timesteps": 16000, "last_checkpoint": "s3://x/checkpoint_000004"}
-    open_storage(f"s3://{BUCKET}/operator/ml/cartpole").write_bytes("progress.json", json.dumps(progress).encode())
+    open_storage(f"s3://{BUCKET}/operator/ml/cartpole").write_bytes(
+        "progress.json", json.dumps(progress).encode()
+    )
     assert read(spec, "ml", "cartpole") == progress
     assert read(spec, "other-namespace", "cartpole") is None
 
