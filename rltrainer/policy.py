@@ -126,6 +126,12 @@ class Policy:
         """The model's parameters as numpy arrays, by name."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
 
+    def share_model(self, model: torch.nn.Module) -> None:
+        """Act with ``model`` itself (e.g. the driver's learner's module on the CPU): the numpy
+        inference views its parameters, so every optimizer step is seen without syncing."""
+        self.model = model
+        self._numpy_policy = model.numpy_policy()
+
     def set_weights(self, weights: dict[str, Any]) -> None:
         """Load parameters given as numpy arrays or tensors, by name (all, or a subset)."""
         _, unexpected = self.model.load_state_dict(

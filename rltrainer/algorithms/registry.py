@@ -9,6 +9,7 @@ from rltrainer.errors import ConfigError
 ALGORITHMS: dict[str, str] = {
     "PPO": "rltrainer.algorithms.ppo:PPO",
     "DQN": "rltrainer.algorithms.dqn:DQN",
+    "SAC": "rltrainer.algorithms.sac:SAC",
 }
 
 

@@ -109,6 +109,14 @@ class OffPolicyAlgorithm(Algorithm):
             seed=cfg.seed,
         )
         self._update_credit = 0.0  # fractional gradient steps owed under training_intensity
+        # Sampling and training both in the driver on the CPU: the local env runner acts with the
+        # learner's module itself (numpy views of its parameters), so nothing is copied per step.
+        learner = self.learner_group.local_learner
+        self._shared_module = (
+            cfg.num_env_runners == 0 and cfg.num_learners == 0 and learner.device.type == "cpu"
+        )
+        if self._shared_module:
+            policy.share_model(learner.module)
         self._last_stats: dict[str, float] = {k: float("nan") for k in self.learner_class.STAT_KEYS}
 
     def training_step(self) -> dict[str, float]:
@@ -138,7 +146,7 @@ class OffPolicyAlgorithm(Algorithm):
                 self.replay_buffer.update_priorities(batch.indices, learner.last_td_errors)
             self.counters.num_env_steps_trained += cfg.train_batch_size
         # 3. sync the acting weights
-        if num_updates:
+        if num_updates and not self._shared_module:
             self.env_runner_group.sync_weights(learner.get_policy_weights())
         return self._last_stats
 
