@@ -128,7 +128,8 @@ def test_train_file_tuned_example_with_overrides(tmp_path: Path, capsys: pytest.
         ]
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    (trial_dir,) = (tmp_path / "cartpole-ppo").iterdir()  # the experiment's name is the folder
+    # The experiment's name is the folder: one trial folder, and the progress.json beside it.
+    (trial_dir,) = [p for p in (tmp_path / "cartpole-ppo").iterdir() if p.is_dir()]
     params = json.loads((trial_dir / "params.json").read_text())
     assert params["gamma"] == 0.9  # --config over the file
     assert params["lambda"] == 0.8  # the file's config
