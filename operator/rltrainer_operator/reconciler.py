@@ -288,11 +288,15 @@ class _Step:
         name = raycluster_name(self.name)
         self.status.rayClusterName = name
         cluster = self.r.kube.get_raycluster(self.namespace, name)
-        if cluster is not None and cluster["metadata"].get("deletionTimestamp"):
-            return None
+        if cluster is not None and (cluster["metadata"].get("deletionTimestamp") or not self._owns(cluster)):
+            return None  # going away, or a deleted namesake's cluster the GC has yet to remove
         if cluster is None:
             cluster = self.r.kube.create_raycluster(build_raycluster(self.body, self.spec, self.r.settings))
         return cluster
+
+    def _owns(self, cluster: dict[str, Any]) -> bool:
+        owners = cluster["metadata"].get("ownerReferences") or []
+        return any(ref.get("uid") == self.meta["uid"] for ref in owners)
 
     # Provisioning -> Running (or Restarting when it takes too long)
     def _provisioning(self) -> None:

@@ -351,3 +351,27 @@ def test_every_generation_is_observed_even_without_a_transition(op, kube, kubera
     status = op.step()
     assert status["phase"] == "Running" and status["observedGeneration"] == 2
     assert len(ray_api.submissions) == 1  # the running driver is left alone
+
+
+def test_a_deleted_namesakes_cluster_is_not_adopted(op, kube, kuberay):
+    apply(kube, experiment_manifest())
+    op.step()
+    # The cluster of an older experiment of the same name, not yet garbage-collected:
+    kube.call(
+        lambda: kube.api.objects[("ray.io/v1/rayclusters", NS, CLUSTER)].patch(
+            {
+                "metadata": {
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "rltrainer.io/v1alpha1",
+                            "kind": "RLExperiment",
+                            "name": NAME,
+                            "uid": "an-older-uid",
+                        }
+                    ]
+                }
+            }
+        )
+    )
+    kuberay.ready(NS, CLUSTER)
+    assert op.step()["phase"] == "Provisioning"  # waits instead of submitting to a stranger's cluster
