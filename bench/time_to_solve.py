@@ -3,6 +3,10 @@ last 20 training episodes reaches the target, then a 20-episode deterministic ev
 of the final policy must reach it too. Each seed runs in a fresh process.
 
     python -m bench.time_to_solve --algo PPO --env CartPole-v1 --seeds 5
+    python -m bench.time_to_solve --algo DQN --env CartPole-v1 --seeds 5
+    python -m bench.time_to_solve --algo SAC --env Pendulum-v1 --seeds 5
+
+The config comes from the tuned example in ``tuned_examples/`` whose ``run`` and ``env`` match.
 """
 
 from __future__ import annotations

@@ -227,3 +227,14 @@ def test_tuned_example_solves_pendulum(tmp_path):
         assert algo.evaluate()["evaluation"]["episode_return_mean"] >= -200
     finally:
         algo.stop()
+
+
+def test_cli_train_and_evaluate(tmp_path, capsys):
+    from rltrainer.cli import main
+
+    config = '{"num_steps_sampled_before_learning_starts": 16, "train_batch_size": 16}'
+    args = ["train", "--algo", "SAC", "--env", "Pendulum-v1", "--storage-path", str(tmp_path)]
+    assert main([*args, "--stop", '{"timesteps_total": 200}', "--config", config, "--checkpoint-at-end"]) == 0
+    (checkpoint,) = tmp_path.glob("SAC_Pendulum-v1/*/checkpoint_*")
+    assert main(["evaluate", str(checkpoint), "--episodes", "1"]) == 0
+    assert "mean return" in capsys.readouterr().out
