@@ -164,6 +164,25 @@ def test_desired_replicas_are_clamped_like_kuberay():
     assert _desired_replicas({"replicas": 2, "numOfHosts": 2}) == 4
 
 
+def test_token_auth_gets_a_secret_like_kuberay(stack, monkeypatch):
+    """``authOptions.mode: token``: a generated token in a Secret, given to every process."""
+    _custom, kuberay = stack
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "this machine's, not the pod's")
+    body = raycluster("authed", "team-a")
+    body["metadata"]["uid"] = "not-created"  # the env a pod would get; no Ray is started
+    body["spec"]["authOptions"] = {"mode": "token"}
+    cluster = kuberay._new_cluster(body)
+    head = kuberay._pod_env(cluster, body, body["spec"]["headGroupSpec"])
+    worker = kuberay._pod_env(cluster, body, body["spec"]["workerGroupSpecs"][0])
+    assert head["RAY_AUTH_MODE"] == worker["RAY_AUTH_MODE"] == "token"
+    assert head["RAY_AUTH_TOKEN"] == worker["RAY_AUTH_TOKEN"]
+    secret = kuberay._core.read_namespaced_secret("authed", "team-a")
+    assert base64.b64decode(secret.data["auth_token"]).decode() == head["RAY_AUTH_TOKEN"]
+    plain = kuberay._pod_env(cluster, raycluster("plain", "team-a"), body["spec"]["headGroupSpec"])
+    assert plain["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN" not in plain
+    assert plain["SECRET_VALUE"] == "secret-team-a" and "AWS_SECRET_ACCESS_KEY" not in plain
+
+
 @pytest.mark.timeout(600)
 def test_cluster_lifecycle(stack):
     custom, kuberay = stack

@@ -14,17 +14,21 @@ RayCluster, in every namespace, it
   ``RayClusterProvisioned`` conditions, ``state``, ``head`` (``serviceIP`` 127.0.0.1),
   ``endpoints`` (``dashboard``, ``gcs-server``, ``client``, ``metrics``), worker replica counts,
   ``observedGeneration``, ``lastUpdateTime``;
-- recreates a worker "pod" whose process died; recreates a dead head unless the RayCluster has
-  the annotation ``ray.io/disable-provisioned-head-restart: "true"`` and was provisioned, in which
-  case ``HeadPodReady`` turns False (``HeadPodNotFound``) and stays so, as KubeRay does;
+- recreates a worker "pod" whose process died (within a poll interval, 0.5 s); recreates a dead
+  head (and its workers, whose raylets cannot outlive the GCS) unless the RayCluster has the
+  annotation ``ray.io/disable-provisioned-head-restart: "true"`` and was provisioned: then, as
+  KubeRay does, ``HeadPodReady`` turns False (``HeadPodNotFound``) and stays so (the workers are
+  stopped, not restarted: without a head they could only crash-loop);
 - follows spec changes: worker group ``replicas`` (clamped to min/max, as KubeRay does) and group
   ``suspend``; ``spec.suspend: true`` stops every process (``RayClusterSuspended``);
 - kills every process of a deleted RayCluster (process groups, then a sweep by an environment
   marker that every descendant inherits) and removes its files; ``close()`` does that for all.
 
 Every process of a "pod" is one process group started with ``start_new_session``, and carries
-``RLTRAINER_LOCAL_KUBERAY=<namespace>/<cluster>/<pod>`` in its environment, so ``processes()``
-finds them all, even those Ray re-parented.
+``RLTRAINER_LOCAL_KUBERAY=<harness id>/<namespace>/<cluster>/<pod>`` in its environment, so
+``processes()`` finds them all, even those Ray re-parented. Each pod has its own Ray temp dir (as
+its own machine would) and its own ports; the head's ports stay the same when it is recreated (a
+Service's address does not change).
 
 What differs from a real cluster, on purpose:
 
@@ -38,12 +42,17 @@ What differs from a real cluster, on purpose:
   machine's address. ``head.podIP`` and ``head.serviceIP`` are 127.0.0.1; the endpoints are the
   real local ports (a Service would map the standard ones).
 - Each node's object store is capped (``object_store_memory``, 100 MB) to keep /dev/shm small.
+- The GCS health-checks nodes every second (Ray: 3 s), so a dead pod's node is dropped within
+  ~5 s; a deleted pod drains for ``grace_period_s`` (Ray: 30 s).
 - There are no Pod objects in the API; ``processes()``/``pods()`` are the harness's view.
 
-Use it as a context manager, or ``start()`` and ``close()``::
+Use it as a context manager, or ``start()`` and ``close()`` (``local_stack.LocalStack`` bundles it
+with the API stand-in and S3)::
 
-    with KubeAPIServer(setup=declare_rayclusters) as server, LocalKubeRay(api_client(server.url)):
-        ...  # create RayClusters; their status becomes ready with a working job API
+    with KubeAPIServer(declare_resources) as server:
+        client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=server.url))
+        with LocalKubeRay(client) as kuberay:
+            ...  # create RayClusters: their status becomes ready, with a working job API
 """
 
 from __future__ import annotations
@@ -372,12 +381,11 @@ class LocalKubeRay:
             self._write_status(cluster, obj)
             return
         cluster.suspended = False
-        env = self._pod_env(cluster, obj)
-        self._reconcile_head(cluster, obj, env, annotations.get(DISABLE_HEAD_RESTART) == "true")
-        self._reconcile_workers(cluster, obj, env)
+        self._reconcile_head(cluster, obj, annotations.get(DISABLE_HEAD_RESTART) == "true")
+        self._reconcile_workers(cluster, obj)
         self._write_status(cluster, obj)
 
-    def _reconcile_head(self, cluster: _Cluster, obj: dict[str, Any], env: dict, no_restart: bool) -> None:
+    def _reconcile_head(self, cluster: _Cluster, obj: dict[str, Any], no_restart: bool) -> None:
         head = cluster.head
         if head is not None and not head.alive:
             logger.warning(
@@ -399,7 +407,7 @@ class LocalKubeRay:
             else:
                 cluster.restarts[HEAD] = cluster.restarts.get(HEAD, 0) + 1
         if cluster.head is None and not cluster.head_lost:
-            cluster.head = self._start_pod(cluster, obj, HEAD, env)
+            cluster.head = self._start_pod(cluster, obj, HEAD)
         head = cluster.head
         if head is not None and not head.ready:
             head.ready = self._head_ready(cluster)
@@ -410,7 +418,7 @@ class LocalKubeRay:
                 self._stop_pod(head)
                 cluster.head = None
 
-    def _reconcile_workers(self, cluster: _Cluster, obj: dict[str, Any], env: dict) -> None:
+    def _reconcile_workers(self, cluster: _Cluster, obj: dict[str, Any]) -> None:
         groups = {g["groupName"]: g for g in obj.get("spec", {}).get("workerGroupSpecs") or []}
         for name in list(cluster.workers):
             if name not in groups:
@@ -437,7 +445,7 @@ class LocalKubeRay:
                 self._stop_pod(pods.pop())  # KubeRay deletes surplus pods (newest first here)
             if gcs_up:
                 while len(pods) < desired:
-                    pods.append(self._start_pod(cluster, obj, name, env))
+                    pods.append(self._start_pod(cluster, obj, name))
             for pod in pods:
                 if not pod.ready:
                     pod.ready = _http_ok(f"http://127.0.0.1:{pod.agent_port}/api/local_raylet_healthz")
@@ -471,7 +479,7 @@ class LocalKubeRay:
             return port
         raise RuntimeError(f"no free port in {PORT_RANGE}")
 
-    def _start_pod(self, cluster: _Cluster, obj: dict[str, Any], group: str, env: dict) -> Pod:
+    def _start_pod(self, cluster: _Cluster, obj: dict[str, Any], group: str) -> Pod:
         spec = obj.get("spec", {})
         suffix = secrets.token_hex(3)[:5]
         if group == HEAD:
@@ -514,7 +522,7 @@ class LocalKubeRay:
         else:
             args += [f"--address=127.0.0.1:{ports['gcs-server']}", f"--metrics-export-port={self._port()}"]
         args += self._start_params(cluster, group, group_spec)
-        pod_env = dict(env.get(group, {}))
+        pod_env = self._pod_env(cluster, obj, group_spec)
         pod_env[MARKER] = f"{self.id}/{cluster.key}/{pod_name}"
         pod_env["RAY_CLOUD_INSTANCE_ID"] = pod_name
         pod_env["RAY_NODE_TYPE_NAME"] = group if group != HEAD else "headgroup"
@@ -563,8 +571,10 @@ class LocalKubeRay:
             flags.append(f"--{key}={value}")
         return flags
 
-    def _pod_env(self, cluster: _Cluster, obj: dict[str, Any]) -> dict[str, dict[str, str]]:
-        """Each group's process environment: this process's, minus Ray's, plus the container's."""
+    def _pod_env(self, cluster: _Cluster, obj: dict[str, Any], group_spec: dict[str, Any]) -> dict[str, str]:
+        """A pod's process environment: this process's, less HOST_ONLY_ENV, plus its container's.
+
+        Read when the pod starts, as the kubelet does (a changed Secret reaches new pods only)."""
         # A pod sees its image's environment, not this machine's cloud credentials or clusters.
         base = {k: v for k, v in os.environ.items() if not k.startswith(HOST_ONLY_ENV)}
         # The "image" is this Python environment: its scripts (ray, rltrainer) come first on PATH.
@@ -584,18 +594,11 @@ class LocalKubeRay:
             base.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self._auth_token(cluster, obj))
         else:
             base["RAY_AUTH_MODE"] = "disabled"
-        spec = obj.get("spec", {})
-        groups = {HEAD: spec.get("headGroupSpec") or {}}
-        groups.update({g["groupName"]: g for g in spec.get("workerGroupSpecs") or []})
-        result = {}
-        for group, group_spec in groups.items():
-            env = dict(base)
-            for var in _ray_container(group_spec).get("env") or []:
-                value = self._env_value(cluster.namespace, var)
-                if value is not None:
-                    env[var["name"]] = value
-            result[group] = env
-        return result
+        for var in _ray_container(group_spec).get("env") or []:
+            value = self._env_value(cluster.namespace, var)
+            if value is not None:
+                base[var["name"]] = value
+        return base
 
     def _env_value(self, namespace: str, var: dict[str, Any]) -> str | None:
         if "value" in var:
@@ -838,15 +841,6 @@ def _http_ok(url: str, timeout: float = 1.0) -> bool:
             return response.status == 200
     except (OSError, urllib.error.URLError, ValueError):
         return False
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        try:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-        except OSError:
-            return False
 
 
 def _kill_group(proc: subprocess.Popen, sig: int) -> None:

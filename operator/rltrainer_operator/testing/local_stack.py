@@ -190,6 +190,7 @@ def _up(args: argparse.Namespace) -> int:
     )
     logging.getLogger("rltrainer_operator.testing").setLevel(logging.INFO)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
