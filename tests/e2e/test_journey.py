@@ -209,7 +209,9 @@ def test_journey(platform):
             "algorithm": "PPO",
             "env": "CartPole-v1",
             "config": TUNED_PPO_CARTPOLE,
-            "stop": {"episode_return_mean": 475, "timesteps_total": 150000},
+            # 490, not the usual 475: a sampling policy just past 475 (smoothed over 20 episodes)
+            # sometimes evaluates greedily below 475 (seen: 451.8); 490 leaves a margin.
+            "stop": {"episode_return_mean": 490, "timesteps_total": 150000},
             "checkpoint": {"uri": f"s3://{BUCKET}/experiments", "frequency": 1},
             "storage": storage(platform.stack),
             "learners": {"replicas": 1, "cpusPerLearner": 1, "memory": "1Gi"},

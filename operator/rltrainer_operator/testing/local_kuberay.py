@@ -293,19 +293,19 @@ class LocalKubeRay:
         return [pid for pid, value in _marked_processes() if value.startswith(prefix)]
 
     def kill_worker(self, namespace: str, name: str, group: str, index: int = 0) -> str:
-        """SIGKILL one worker pod's processes (a crashed pod); returns the pod's name."""
+        """SIGKILL every process of one worker pod (a crashed pod); returns the pod's name."""
         with self._lock:
             pod = self._clusters[f"{namespace}/{name}"].workers[group][index]
-        _kill_group(pod.proc, signal.SIGKILL)
+        kill_pod(f"{self.id}/{namespace}/{name}/{pod.name}")
         return pod.name
 
     def kill_head(self, namespace: str, name: str) -> str:
-        """SIGKILL the head pod's processes; returns the pod's name."""
+        """SIGKILL every process of the head pod (the job drivers too); returns the pod's name."""
         with self._lock:
             pod = self._clusters[f"{namespace}/{name}"].head
         if pod is None:
             raise LookupError(f"{namespace}/{name} has no head pod")
-        _kill_group(pod.proc, signal.SIGKILL)
+        kill_pod(f"{self.id}/{namespace}/{name}/{pod.name}")
         return pod.name
 
     def restarts(self, namespace: str, name: str) -> dict[str, int]:
@@ -865,6 +865,27 @@ def _marked_processes() -> Iterator[tuple[int, str]]:
                         break
         except (OSError, IndexError):
             continue
+
+
+def kill_pod(marker: str) -> list[int]:
+    """SIGKILL, at once, every process carrying ``marker``: a pod's container dying.
+
+    Their process groups first (Ray starts job drivers in sessions of their own), then each
+    process; returns the PIDs found.
+    """
+    pids = [pid for pid, value in _marked_processes() if value == marker]
+    for group in {_pgid(pid) for pid in pids} - {None, os.getpgrp()}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    _sweep(lambda value: value == marker)
+    return pids
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
 
 
 def _sweep(match: Any, timeout_s: float = 10.0) -> None:

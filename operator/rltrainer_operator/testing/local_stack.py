@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import base64
 import logging
-import os
 import shlex
 import signal
 import socket
@@ -296,18 +295,22 @@ def _row(name: str, status: dict[str, Any]) -> str:
 
 
 def _kill(args: argparse.Namespace) -> int:
-    """SIGKILL the process group of the first local pod whose name starts with ``args.pod``."""
-    from rltrainer_operator.testing.local_kuberay import _marked_processes
+    """SIGKILL every process of the local pod whose name starts with ``args.pod``."""
+    from rltrainer_operator.testing.local_kuberay import _marked_processes, kill_pod
 
-    for pid, marker in sorted(_marked_processes()):
-        _harness, namespace, _cluster, pod = marker.split("/", 3)
-        if namespace == args.namespace and pod.startswith(args.pod):
-            group = os.getpgid(pid)
-            os.killpg(group, signal.SIGKILL)
-            print(f"killed pod {pod} (process group {group})")
-            return 0
-    print(f"no local pod named {args.pod}* in namespace {args.namespace}")
-    return 1
+    markers = sorted(
+        {
+            marker
+            for _pid, marker in _marked_processes()
+            if marker.split("/")[1] == args.namespace and marker.split("/")[-1].startswith(args.pod)
+        }
+    )
+    if not markers:
+        print(f"no local pod named {args.pod}* in namespace {args.namespace}")
+        return 1
+    pids = kill_pod(markers[0])
+    print(f"killed pod {markers[0].split('/')[-1]} ({len(pids)} processes)")
+    return 0
 
 
 if __name__ == "__main__":
