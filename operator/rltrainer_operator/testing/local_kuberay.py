@@ -88,6 +88,7 @@ GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
 RAYCLUSTERS = f"{GROUP}/{VERSION}/{PLURAL}"
 #: KubeRay's annotation: once provisioned, a lost head is not recreated.
 DISABLE_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
+MERGE_PATCH = "application/merge-patch+json"
 #: The environment marker every process of a local pod carries.
 MARKER = "RLTRAINER_LOCAL_KUBERAY"
 HEAD = "head"
@@ -684,7 +685,14 @@ class LocalKubeRay:
         body = {"status": {**status, "lastUpdateTime": now_rfc3339()}}
         try:
             self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, cluster.namespace, PLURAL, cluster.name, body, _request_timeout=10
+                GROUP,
+                VERSION,
+                cluster.namespace,
+                PLURAL,
+                cluster.name,
+                body,
+                _content_type=MERGE_PATCH,  # the client would send a dict as a JSON patch
+                _request_timeout=10,
             )
         except kubernetes.client.ApiException as err:
             if err.status == 404:

@@ -29,7 +29,7 @@ import kubernetes
 import yaml
 
 from rltrainer_operator.testing.kapi import RAYCLUSTERS, RLX, KubeAPIServer
-from rltrainer_operator.testing.local_kuberay import LocalKubeRay
+from rltrainer_operator.testing.local_kuberay import MERGE_PATCH, LocalKubeRay
 
 REPO = Path(__file__).resolve().parents[3]
 RLX_CRD = REPO / "crds" / "rltrainer.io_rlexperiments.yaml"
@@ -232,7 +232,9 @@ def _apply(args: argparse.Namespace) -> int:
             except kubernetes.client.ApiException as err:
                 if err.status != 409:
                     raise
-                custom.patch_namespaced_custom_object(*target, name, {"spec": doc["spec"]})
+                custom.patch_namespaced_custom_object(
+                    *target, name, {"spec": doc["spec"]}, _content_type=MERGE_PATCH
+                )
                 action = "configured"
         elif kind == "Secret":
             data = dict(doc.get("data") or {})
@@ -245,7 +247,7 @@ def _apply(args: argparse.Namespace) -> int:
             except kubernetes.client.ApiException as err:
                 if err.status != 409:
                     raise
-                core.patch_namespaced_secret(name, namespace, body)
+                core.patch_namespaced_secret(name, namespace, body, _content_type=MERGE_PATCH)
                 action = "configured"
         else:
             raise SystemExit(f"apply: only RLExperiment and Secret are supported here, not {kind}")
