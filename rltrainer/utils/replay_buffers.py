@@ -217,7 +217,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._sum_tree[nodes] = priorities
         self._min_tree[nodes] = priorities
         for _ in range(self._depth):  # recompute the parents level by level, vectorized over slots
-            nodes = np.unique(nodes // 2)
+            # Repeated parents just compute the same sum twice: cheaper than deduplicating (a sort).
+            nodes = nodes // 2
             left, right = 2 * nodes, 2 * nodes + 1
             self._sum_tree[nodes] = self._sum_tree[left] + self._sum_tree[right]
             self._min_tree[nodes] = np.minimum(self._min_tree[left], self._min_tree[right])
