@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 import math
 import numbers
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
