@@ -29,7 +29,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # End to end without a cluster (tests/e2e): the operator, real local Ray clusters played by the
-# local KubeRay, moto's S3. About 10 minutes on 2 cores, so `make test` leaves it out.
+# local KubeRay, moto's S3. 5-7 minutes on 2 cores; `make test` runs only the journey (~2 min).
 e2e: $(STAMP)
 	$(BIN)/python -m pytest tests/e2e -m e2e
 

@@ -1,6 +1,8 @@
 """End-to-end tests: real local Ray clusters (``LocalKubeRay``), the real operator, moto's S3.
 
-Marked ``e2e`` and skipped by a plain ``pytest`` (``make test``): ``make e2e`` runs them.
+All are marked ``e2e``. A plain ``pytest`` (``make test``) runs only those marked
+``in_make_test``: the journey (about 2 minutes) and the harness's unit tests; ``make e2e`` runs
+them all (5-7 minutes on 2 cores); ``pytest -m "not e2e"`` leaves every one out.
 """
 
 from __future__ import annotations
@@ -14,22 +16,23 @@ from tests.e2e.helpers import wait_for_no_marked_processes
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: end to end with real local Ray clusters (make e2e)")
+    config.addinivalue_line("markers", "in_make_test: an end-to-end test that make test runs too")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test here ``e2e``; skip them unless asked for: ``-m e2e``, a path under
-    ``tests/e2e`` on the command line, or ``RLTRAINER_E2E=1`` (they take ~10 minutes on 2 cores)."""
+    """Mark every test here ``e2e``; skip those not marked ``in_make_test`` unless asked for:
+    ``-m e2e``, a path under ``tests/e2e`` on the command line, or ``RLTRAINER_E2E=1``."""
     marks = config.getoption("-m") or ""
     wanted = (
         ("e2e" in marks and "not e2e" not in marks)
         or any("e2e" in str(arg) for arg in config.args)
         or os.environ.get("RLTRAINER_E2E") == "1"
     )
-    skip = pytest.mark.skip(reason="end to end, ~10 min: make e2e (or pytest -m e2e, RLTRAINER_E2E=1)")
+    skip = pytest.mark.skip(reason="end to end, 5-7 min in all: make e2e (or pytest -m e2e, RLTRAINER_E2E=1)")
     for item in items:
         if "/e2e/" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
-            if not wanted:
+            if not wanted and item.get_closest_marker("in_make_test") is None:
                 item.add_marker(skip)
 
 

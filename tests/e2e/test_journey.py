@@ -193,6 +193,7 @@ def job_logs(platform: Platform, namespace: str, cluster: str, job_id: str) -> s
         return ""
 
 
+@pytest.mark.in_make_test
 @pytest.mark.timeout(900)
 def test_journey(platform):
     """Apply, train, lose a rollout worker, lose the head, resume from S3, succeed, evaluate."""

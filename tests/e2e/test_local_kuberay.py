@@ -148,6 +148,7 @@ def set_rollouts(custom: Any, namespace: str, name: str, replicas: int) -> None:
     patch_spec(custom, namespace, name, {"workerGroupSpecs": groups})
 
 
+@pytest.mark.in_make_test
 def test_resources_parse_both_kuberay_and_plain_json():
     assert parse_resources('"{\\"rltrainer_rollout\\": 1}"') == {"rltrainer_rollout": 1.0}
     assert parse_resources('\'"{\\"a\\": 2}"\'') == {"a": 2.0}
@@ -157,6 +158,7 @@ def test_resources_parse_both_kuberay_and_plain_json():
         parse_resources("[1]")
 
 
+@pytest.mark.in_make_test
 def test_desired_replicas_are_clamped_like_kuberay():
     assert _desired_replicas({"replicas": 5, "minReplicas": 0, "maxReplicas": 3}) == 3
     assert _desired_replicas({"replicas": 0, "minReplicas": 1, "maxReplicas": 3}) == 1
@@ -164,6 +166,7 @@ def test_desired_replicas_are_clamped_like_kuberay():
     assert _desired_replicas({"replicas": 2, "numOfHosts": 2}) == 4
 
 
+@pytest.mark.in_make_test
 def test_token_auth_gets_a_secret_like_kuberay(stack, monkeypatch):
     """``authOptions.mode: token``: a generated token in a Secret, given to every process."""
     _custom, kuberay = stack
