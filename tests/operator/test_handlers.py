@@ -22,7 +22,7 @@ NS, NAME = "ml", "cartpole"
 CLUSTER = raycluster_name(NAME)
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20) -> Any:
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = check()
@@ -39,7 +39,7 @@ def phase(kube: Any, name: str = NAME) -> str | None:
         return None
 
 
-def wait_phase(kube: Any, wanted: str, name: str = NAME, timeout_s: float = 20) -> dict[str, Any]:
+def wait_phase(kube: Any, wanted: str, name: str = NAME, timeout_s: float = 60) -> dict[str, Any]:
     wait_for(f"phase {wanted} (now {phase(kube, name)})", lambda: phase(kube, name) == wanted, timeout_s)
     return get_experiment(kube, name)
 
@@ -155,7 +155,7 @@ def test_operator_restart_creates_nothing_twice(kube, kuberay, ray_api, stop_in)
     try:
         if stop_in == "Provisioning":
             kuberay.ready(NS, CLUSTER)
-        body = wait_phase(kube, "Running", timeout_s=30)
+        body = wait_phase(kube, "Running")
         time.sleep(2)  # a few more ticks
         assert requests_to(kube, "POST", "rayclusters") == creates == 1
         expected = submissions + (1 if stop_in != "Running" else 0)
