@@ -12,7 +12,7 @@ from typing import Any
 
 from rltrainer.experiment import PROGRESS_FILE
 from rltrainer.storage import open_storage
-from rltrainer_operator.builders.job import experiment_uri, storage_options
+from rltrainer_operator.builders.job import experiment_uri
 from rltrainer_operator.models import ExperimentSpec
 from rltrainer_operator.settings import Settings
 
@@ -25,7 +25,7 @@ def progress_reader(settings: Settings):
 
     def read(spec: ExperimentSpec, namespace: str, name: str) -> dict[str, Any] | None:
         storage = open_storage(
-            experiment_uri(spec, namespace, name), {**storage_options(spec, settings), **_QUICK}
+            experiment_uri(spec, namespace, name), {**settings.s3_options(spec.storage), **_QUICK}
         )
         try:
             raw = storage.read_bytes(PROGRESS_FILE)

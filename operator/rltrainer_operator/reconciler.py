@@ -126,10 +126,7 @@ class Reconciler:
         meta = body["metadata"]
         status = body.get("status") or {}
         cluster_name = status.get("rayClusterName") or raycluster_name(meta["name"])
-        cluster = self.kube.get_raycluster(meta["namespace"], cluster_name)
-        if cluster is not None:
-            self._stop_job(cluster, status.get("jobId"))
-            self.kube.delete_raycluster(meta["namespace"], cluster_name)
+        self.stop(meta["namespace"], cluster_name, status.get("jobId"), delete=True)
 
     # --- helpers shared by the steps ---------------------------------------------------------
     def dashboard_url(self, raycluster: dict[str, Any]) -> str:
@@ -143,7 +140,17 @@ class Reconciler:
             host = f"{service}.{raycluster['metadata']['namespace']}.svc.{self.settings.cluster_domain}"
         return f"http://{host}:{port}"
 
-    def _stop_job(self, raycluster: dict[str, Any], submission_id: str | None) -> None:
+    def stop(self, namespace: str, cluster_name: str, submission_id: str | None, delete: bool) -> None:
+        """Stop the job on the cluster (when it is up), then delete the cluster if ``delete``."""
+        cluster = self.kube.get_raycluster(namespace, cluster_name)
+        if cluster is None:
+            return
+        self.stop_job(cluster, submission_id)
+        if delete:
+            self.kube.delete_raycluster(namespace, cluster_name)
+
+    def stop_job(self, raycluster: dict[str, Any], submission_id: str | None) -> None:
+        """Ask the cluster's job API to stop the job (best effort: a dead head has no job to stop)."""
         if not submission_id or not cluster_ready(raycluster):
             return
         try:
@@ -228,6 +235,9 @@ class _Step:
         self.status = self.status.model_copy(
             update={"conditions": ExperimentStatus.model_validate({"conditions": conditions}).conditions}
         )
+
+    def _cluster_name(self) -> str:
+        return self.status.rayClusterName or raycluster_name(self.name)
 
     def _condition_true(self, kind: str) -> bool:
         return any(c.type == kind and c.status == "True" for c in self.status.conditions)
@@ -332,7 +342,7 @@ class _Step:
 
     # Running -> Succeeded | Restarting
     def _running(self) -> None:
-        cluster = self.r.kube.get_raycluster(self.namespace, self.status.rayClusterName or "")
+        cluster = self.r.kube.get_raycluster(self.namespace, self._cluster_name())
         if cluster is None or cluster["metadata"].get("deletionTimestamp"):
             return self._restart("ClusterLost", f"RayCluster {self.status.rayClusterName} is gone", True)
         if not cluster_condition(cluster, "HeadPodReady"):
@@ -362,7 +372,7 @@ class _Step:
         )
         # The running driver has a fixed number of env runners: continue from the newest
         # checkpoint with the new count (not a failure: restarts is not incremented).
-        self.r._stop_job(cluster, job.submission_id)
+        self.r.stop_job(cluster, job.submission_id)
         self.events.append(
             Event("Normal", "Rescaled", f"rollouts scaled from {current} to {wanted} replicas")
         )
@@ -380,13 +390,9 @@ class _Step:
         if self.status.restarts >= limit:
             return self._fail("BackoffLimitExceeded", f"{message}; restarted {limit} time(s) already", True)
         if cluster_lost:
-            self.r.kube.delete_raycluster(
-                self.namespace, self.status.rayClusterName or raycluster_name(self.name)
-            )
+            self.r.kube.delete_raycluster(self.namespace, self._cluster_name())
         else:
-            cluster = self.r.kube.get_raycluster(self.namespace, self.status.rayClusterName or "")
-            if cluster is not None:
-                self.r._stop_job(cluster, self.status.jobId)
+            self.r.stop(self.namespace, self._cluster_name(), self.status.jobId, delete=False)
         self.status.restarts += 1
         delay = min(
             self.r.settings.backoff_base_s * 2 ** (self.status.restarts - 1), self.r.settings.backoff_max_s
@@ -414,12 +420,8 @@ class _Step:
 
     def _fail(self, reason: str, message: str, cleanup: bool = False) -> None:
         if cleanup and self.spec is not None:
-            name = self.status.rayClusterName or raycluster_name(self.name)
-            cluster = self.r.kube.get_raycluster(self.namespace, name)
-            if cluster is not None:
-                self.r._stop_job(cluster, self.status.jobId)
-                if self.spec.shutdownAfterFinish:
-                    self.r.kube.delete_raycluster(self.namespace, name)
+            delete = self.spec.shutdownAfterFinish
+            self.r.stop(self.namespace, self._cluster_name(), self.status.jobId, delete=delete)
         self.status.completionTime = rfc3339(self.now)
         self.status.nextAttemptTime = None
         self.transition(Phase.FAILED, reason, message, warning=True)
@@ -428,12 +430,8 @@ class _Step:
     def _suspend(self) -> None:
         if self.status.phase == Phase.SUSPENDED:
             return
-        name = self.status.rayClusterName or raycluster_name(self.name)
-        cluster = self.r.kube.get_raycluster(self.namespace, name)
-        if cluster is not None:
-            self._update_progress()
-            self.r._stop_job(cluster, self.status.jobId)
-            self.r.kube.delete_raycluster(self.namespace, name)
+        self._update_progress()
+        self.r.stop(self.namespace, self._cluster_name(), self.status.jobId, delete=True)
         self.status.nextAttemptTime = None
         self.transition(Phase.SUSPENDED, "Suspended", "suspended: job stopped and RayCluster deleted")
 

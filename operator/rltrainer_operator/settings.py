@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
+from typing import Any
 
 from rltrainer import __version__
 
@@ -52,3 +53,13 @@ class Settings:
             except ValueError:
                 raise ValueError(f"{name}={environ[name]!r} is not a valid {kind.__name__}") from None
         return cls(**values)
+
+    def s3_options(self, storage: Any) -> dict[str, str]:
+        """rltrainer's ``storage_options`` for an experiment's ``spec.storage``: its endpoint
+        and region, else these settings' defaults (credentials never go here)."""
+        options = {}
+        if storage.endpointURL or self.s3_endpoint_url:
+            options["endpoint_url"] = storage.endpointURL or self.s3_endpoint_url
+        if storage.region or self.s3_region:
+            options["region_name"] = storage.region or self.s3_region
+        return options

@@ -26,18 +26,6 @@ def experiment_uri(spec: ExperimentSpec, namespace: str, name: str) -> str:
     return f"{storage_path(spec, namespace)}/{name}"
 
 
-def storage_options(spec: ExperimentSpec, settings: Settings) -> dict[str, str]:
-    """rltrainer's ``storage_options``: endpoint and region only (credentials come from env)."""
-    options = {}
-    endpoint = spec.storage.endpointURL or settings.s3_endpoint_url
-    region = spec.storage.region or settings.s3_region
-    if endpoint:
-        options["endpoint_url"] = endpoint
-    if region:
-        options["region_name"] = region
-    return options
-
-
 def driver_config(spec: ExperimentSpec, settings: Settings) -> dict[str, Any]:
     """The algorithm config the driver runs: ``spec.config`` plus what the spec's fields set."""
     owned: dict[str, Any] = {
@@ -59,7 +47,7 @@ def driver_config(spec: ExperimentSpec, settings: Settings) -> dict[str, Any]:
         owned["custom_resources_per_learner"] = {LEARNER_RESOURCE: 1}
     if spec.checkpoint.numToKeep is not None:
         owned["num_to_keep"] = spec.checkpoint.numToKeep
-    options = storage_options(spec, settings)
+    options = settings.s3_options(spec.storage)
     if options:
         owned["storage_options"] = options
     return {**spec.config, **owned}

@@ -218,12 +218,11 @@ def pod_template(
 def pod_env(spec: ExperimentSpec, settings: Settings) -> list[dict[str, Any]]:
     """Environment of every Ray pod: where S3 is, and credentials by reference (never by value)."""
     env: list[dict[str, Any]] = []
-    endpoint = spec.storage.endpointURL or settings.s3_endpoint_url
-    region = spec.storage.region or settings.s3_region
-    if endpoint:
-        env.append({"name": "AWS_ENDPOINT_URL", "value": endpoint})
-    if region:
-        env.append({"name": "AWS_DEFAULT_REGION", "value": region})
+    options = settings.s3_options(spec.storage)
+    if "endpoint_url" in options:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": options["endpoint_url"]})
+    if "region_name" in options:
+        env.append({"name": "AWS_DEFAULT_REGION", "value": options["region_name"]})
     secret = spec.storage.credentialsSecretRef
     if secret is not None:
         for name, key in (

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp.web
 import attrs
 import kmock
-from kmock._internal import enums, rendering
+from kmock._internal import dicts, enums, rendering
 
 RLX = "rltrainer.io/v1alpha1/rlexperiments"
 RAYCLUSTERS = "ray.io/v1/rayclusters"
@@ -162,11 +162,11 @@ class KubeAPI(kmock.KubernetesEmulator):
                 meta.pop(readonly, None)
             meta["resourceVersion"] = str(next(self._versions))
             if "spec" in patch and request.subresource is None:
-                merged = _merge(copy.deepcopy(current.get("spec")), patch["spec"])
+                merged = _merge(current.get("spec"), patch["spec"])
                 if merged != current.get("spec"):
                     meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
             if resource in self.validators:
-                self._validate(resource, _merge(copy.deepcopy(current), patch))
+                self._validate(resource, _merge(current, patch))
             return _with_data(request, patch)
         return request
 
@@ -223,16 +223,10 @@ def _with_data(request: rendering.Request, data: dict[str, Any]) -> rendering.Re
 
 
 def _merge(base: Any, patch: Any) -> Any:
-    """JSON merge patch (RFC 7386)."""
+    """JSON merge patch (RFC 7386), with kmock's own merge for dicts (it copies, never mutates)."""
     if not isinstance(patch, dict):
         return patch
-    base = dict(base) if isinstance(base, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            base.pop(key, None)
-        else:
-            base[key] = _merge(base.get(key), value)
-    return base
+    return dict(dicts.merge_patch_dict(base if isinstance(base, dict) else {}, patch))
 
 
 class KubeAPIServer:
