@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import gymnasium as gym
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -51,24 +52,27 @@ ALIASES: dict[str, str] = {
 }
 
 
+def _positive_sizes(sizes: list[int]) -> list[int]:
+    if any(s < 1 for s in sizes):
+        raise ValueError("every hidden layer size must be >= 1")
+    return sizes
+
+
+#: Sizes of hidden layers, each >= 1.
+LayerSizes = Annotated[list[int], AfterValidator(_positive_sizes)]
+
+
 class ModelConfig(BaseModel):
     """The default fully connected policy/value network (RLlib's ``model`` dict)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
-    fcnet_hiddens: list[int] = Field(default_factory=lambda: [256, 256])
+    fcnet_hiddens: LayerSizes = Field(default_factory=lambda: [256, 256])
     """Sizes of the hidden layers."""
     fcnet_activation: Literal["tanh", "relu", "elu", "silu", "linear"] = "tanh"
     """Activation after each hidden layer."""
     vf_share_layers: bool = False
     """Share the hidden layers between the policy and the value head."""
-
-    @field_validator("fcnet_hiddens")
-    @classmethod
-    def _positive_sizes(cls, sizes: list[int]) -> list[int]:
-        if any(s < 1 for s in sizes):
-            raise ValueError("every hidden layer size must be >= 1")
-        return sizes
 
 
 class AlgorithmConfig(BaseModel):

@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import Field, field_validator
 
-from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+from rltrainer.algorithms.algorithm_config import AlgorithmConfig, LayerSizes
 from rltrainer.algorithms.dqn.dqn_learner import DQNLearner, DQNModule
 from rltrainer.algorithms.dqn.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from rltrainer.core.distributions import Categorical
@@ -34,7 +34,7 @@ class DQNConfig(OffPolicyConfig):
     """Double Q-learning: the online network picks the next action, the target network values it."""
     dueling: bool = True
     """Dueling heads: ``Q = V + A - mean(A)``."""
-    hiddens: list[int] = Field(default_factory=lambda: [256])
+    hiddens: LayerSizes = Field(default_factory=lambda: [256])
     """Hidden layers of the Q (and value) heads, after the ``model.fcnet_hiddens`` trunk."""
     td_error_loss_fn: str = "huber"
     """``"huber"`` (delta 1) or ``"mse"``."""
@@ -54,13 +54,6 @@ class DQNConfig(OffPolicyConfig):
 
     def __init__(self, algo_class: type | None = None, **data: Any) -> None:
         super().__init__(algo_class or DQN, **data)
-
-    @field_validator("hiddens")
-    @classmethod
-    def _positive_sizes(cls, sizes: list[int]) -> list[int]:
-        if any(s < 1 for s in sizes):
-            raise ValueError("every hidden layer size must be >= 1")
-        return sizes
 
     @field_validator("td_error_loss_fn")
     @classmethod
