@@ -12,6 +12,7 @@ from rltrainer.utils.postprocessing import compute_n_step_returns
 from rltrainer.utils.replay_buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
+    SumMinTree,
     Transitions,
     make_replay_buffer,
     transitions_from_rollout,
@@ -250,6 +251,25 @@ def test_importance_weights_hand_computed():
     np.testing.assert_allclose(buffer.sample(50).weights.max(), 1.0)
     batch = buffer.sample(200)
     np.testing.assert_allclose(batch.weights, (expected**2)[batch.indices], rtol=1e-6)
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3, 63, 64, 65, 4097, 300_000])
+def test_sum_min_tree_matches_a_cumulative_sum_search(capacity):
+    """Around powers of two: totals, minimums and the leaf found for each target agree with
+    a brute-force search over the cumulative sums, with only part of the leaves filled."""
+    rng = np.random.default_rng(capacity)
+    tree = SumMinTree(capacity)
+    filled = max(1, capacity * 2 // 3)
+    values = rng.uniform(0.01, 5.0, size=filled)
+    tree.set(np.arange(filled), values)
+    repeats = rng.integers(0, filled, size=50)  # updates with repeated slots: the last one wins
+    tree.set(np.concatenate([repeats, repeats]), np.concatenate([np.zeros(50) + 9.0, values[repeats]]))
+    assert tree.total == pytest.approx(values.sum(), rel=1e-12)
+    assert tree.min == pytest.approx(values.min())
+    cumulative = np.cumsum(values)
+    targets = np.concatenate([rng.uniform(0, cumulative[-1], size=2000), [0.0, cumulative[-1]]])  # and both ends
+    expected = np.minimum(np.searchsorted(cumulative, targets, side="right"), filled - 1)
+    assert np.array_equal(tree.find(targets), expected)
 
 
 def test_prioritized_never_samples_empty_slots():

@@ -185,74 +185,108 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if alpha < 0 or beta < 0 or eps <= 0:
             raise ValueError(f"need alpha >= 0, beta >= 0 and eps > 0; got {alpha=}, {beta=}, {eps=}")
         self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
-        # Complete binary trees in arrays: node i has children 2i and 2i+1, the root is 1 and
-        # slot s is leaf ``leaf_offset + s``. Empty leaves: 0 in the sum-tree, inf in the min-tree.
-        self._leaf_offset = 1 << max(self.capacity - 1, 0).bit_length()
-        self._depth = self._leaf_offset.bit_length() - 1
-        self._sum_tree = np.zeros(2 * self._leaf_offset, dtype=np.float64)
-        self._min_tree = np.full(2 * self._leaf_offset, np.inf, dtype=np.float64)
+        self._tree = SumMinTree(self.capacity)
         self._max_priority = 1.0  # |td| + eps, before the alpha exponent (RLlib's convention)
 
     @property
     def total_priority(self) -> float:
-        return float(self._sum_tree[1])
+        return self._tree.total
 
     def priorities(self, indices: np.ndarray) -> np.ndarray:
         """``p_i = (|td_i| + eps) ** alpha`` of the given slots."""
-        return self._sum_tree[self._leaf_offset + np.asarray(indices, dtype=np.int64)]
+        return self._tree.leaves[np.asarray(indices, dtype=np.int64)]
 
     def add(self, transitions: Transitions) -> np.ndarray:
         slots = super().add(transitions)
-        self._set_priorities(slots, np.full(len(slots), self._max_priority**self.alpha))
+        self._tree.set(slots, np.full(len(slots), self._max_priority**self.alpha))
         return slots
 
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         """Set ``p_i = (|td_i| + eps) ** alpha`` for the sampled slots (last one wins on repeats)."""
         raw = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.eps
         self._max_priority = max(self._max_priority, float(raw.max(initial=0.0)))
-        self._set_priorities(np.asarray(indices, dtype=np.int64), raw**self.alpha)
-
-    def _set_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        nodes = self._leaf_offset + slots
-        self._sum_tree[nodes] = priorities
-        self._min_tree[nodes] = priorities
-        for _ in range(self._depth):  # recompute the parents level by level, vectorized over slots
-            # Repeated parents just compute the same sum twice: cheaper than deduplicating (a sort).
-            nodes = nodes // 2
-            left, right = 2 * nodes, 2 * nodes + 1
-            self._sum_tree[nodes] = self._sum_tree[left] + self._sum_tree[right]
-            self._min_tree[nodes] = np.minimum(self._min_tree[left], self._min_tree[right])
+        self._tree.set(np.asarray(indices, dtype=np.int64), raw**self.alpha)
 
     def sample(self, batch_size: int) -> ReplayBatch:
         """Stratified: one uniform draw in each of ``batch_size`` equal parts of the total priority."""
         self._check_can_sample(batch_size)
-        total = self._sum_tree[1]
+        total = self._tree.total
         targets = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
-        nodes = np.ones(batch_size, dtype=np.int64)
-        for _ in range(self._depth):  # descend the tree for the whole batch at once
-            left = 2 * nodes
-            left_sum = self._sum_tree[left]
-            # Never enter an empty subtree, even where rounding puts a target at the edge.
-            go_right = (targets >= left_sum) & (self._sum_tree[left + 1] > 0)
-            targets = np.where(go_right, targets - left_sum, targets)
-            nodes = np.where(go_right, left + 1, left)
-        indices = nodes - self._leaf_offset
+        indices = self._tree.find(targets)
         # (N P(i))^-beta / (N P_min)^-beta == (p_i / p_min)^-beta
-        weights = (self._sum_tree[nodes] / self._min_tree[1]) ** -self.beta
+        weights = (self._tree.leaves[indices] / self._tree.min) ** -self.beta
         return self._batch(indices, weights.astype(np.float32))
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
-        state["priorities"] = self._sum_tree[self._leaf_offset : self._leaf_offset + self._size].copy()
+        state["priorities"] = self._tree.leaves[: self._size].copy()
         state["max_priority"] = self._max_priority
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
-        self._sum_tree[:] = 0.0
-        self._min_tree[:] = np.inf
-        self._set_priorities(np.arange(self._size), np.asarray(state["priorities"], dtype=np.float64))
+        self._tree = SumMinTree(self.capacity)
+        self._tree.set(np.arange(self._size), np.asarray(state["priorities"], dtype=np.float64))
         self._max_priority = float(state["max_priority"])
+
+
+class SumMinTree:
+    """Sums and minimums over ``capacity`` leaves, for proportional sampling (a binary tree).
+
+    Complete binary trees in arrays: node ``i`` has children ``2i`` and ``2i + 1``, the root
+    is 1 and leaf ``s`` is node ``leaf_offset + s``. Sampling and updates are numpy operations
+    vectorized over the batch, one level at a time. Leaves must be filled as a prefix of
+    positive values (the replay buffer's filled slots); empty ones hold 0 and inf.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._leaf_offset = 1 << max(capacity - 1, 0).bit_length()
+        self._depth = self._leaf_offset.bit_length() - 1
+        self._sums = np.zeros(2 * self._leaf_offset, dtype=np.float64)
+        self._mins = np.full(2 * self._leaf_offset, np.inf, dtype=np.float64)
+        self._filled = 0  # one past the highest leaf ever set
+
+    @property
+    def leaves(self) -> np.ndarray:
+        return self._sums[self._leaf_offset :]
+
+    @property
+    def total(self) -> float:
+        return float(self._sums[1])
+
+    @property
+    def min(self) -> float:
+        return float(self._mins[1])
+
+    def set(self, slots: np.ndarray, values: np.ndarray) -> None:
+        """``leaves[slots] = values`` (last one wins on repeats), then the nodes above them."""
+        nodes = self._leaf_offset + slots
+        self._sums[nodes] = values
+        self._mins[nodes] = values
+        self._filled = max(self._filled, int(slots.max(initial=-1)) + 1)
+        for _ in range(self._depth):
+            # Repeated parents just compute the same value twice: cheaper than deduplicating.
+            nodes = nodes >> 1
+            left = nodes << 1
+            right = left + 1
+            self._sums[nodes] = self._sums[left] + self._sums[right]
+            self._mins[nodes] = np.minimum(self._mins[left], self._mins[right])
+
+    def find(self, targets: np.ndarray) -> np.ndarray:
+        """For each target in ``[0, total)``, the leaf whose cumulative-sum interval holds it.
+
+        A target that rounding pushes past the last filled leaf (into empty leaves, which
+        only lie to its right) ends on that leaf.
+        """
+        targets = np.array(targets, dtype=np.float64)
+        nodes = np.ones(len(targets), dtype=np.int64)
+        for _ in range(self._depth):  # descend the tree for the whole batch at once
+            nodes <<= 1
+            left_sum = self._sums[nodes]
+            go_right = targets >= left_sum
+            targets -= left_sum * go_right
+            nodes += go_right
+        return np.minimum(nodes - self._leaf_offset, self._filled - 1)
 
 
 _BUFFER_TYPES: dict[str, type[ReplayBuffer]] = {
