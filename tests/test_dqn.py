@@ -263,11 +263,8 @@ def tuned(tmp_path: Path) -> DQNConfig:
 
 
 def test_tuned_example_solves_cartpole(tmp_path):
-    """The tuned example reaches a 20-episode training mean >= 475 (seed 0: ~71k env steps).
-
-    Its greedy policy at that moment averages ~455 over 20 episodes (BENCHMARKS.md's second
-    criterion, 475, is not met by every seed: see the README's benchmark notes).
-    """
+    """BENCHMARKS.md's criterion: a 20-episode training mean >= 475 (seed 0: ~49k env steps),
+    then the greedy policy at that moment also averages >= 475 (seed 0: 500)."""
     config = tuned(tmp_path).evaluation(evaluation_duration=10, evaluation_config={"explore": False})
     algo = config.build()
     try:
@@ -276,6 +273,6 @@ def test_tuned_example_solves_cartpole(tmp_path):
             if result["episode_return_mean"] >= 475 or result["timesteps_total"] >= 100_000:
                 break
         assert result["episode_return_mean"] >= 475, result["timesteps_total"]
-        assert algo.evaluate()["evaluation"]["episode_return_mean"] >= 400
+        assert algo.evaluate()["evaluation"]["episode_return_mean"] >= 475
     finally:
         algo.stop()

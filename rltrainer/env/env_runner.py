@@ -196,12 +196,12 @@ class EnvRunner:
         frozen = np.zeros(self.num_envs, dtype=bool) if complete_episodes else None
         steps_taken = np.zeros(self.num_envs, dtype=np.int64)
         columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
-        # Reset steps (next-step autoreset) don't count: each env steps until it has
-        # num_steps real ones (and, for complete_episodes, until its episode ends).
-        episode_start = np.zeros(self.num_envs, dtype=np.int64)  # where each env's episode began here
-        while (steps_taken < num_steps).any() or (frozen is not None and not frozen.all()):
+        # Reset steps (next-step autoreset) don't count: each env steps until it has num_steps
+        # real ones (and, for complete_episodes, until its episode ends). So the first num_steps
+        # iterations need no check.
+        t = 0
+        while t < num_steps or (steps_taken < num_steps).any() or (frozen is not None and not frozen.all()):
             flat, out, rewards, terminateds, truncateds, valid = self._step(explore, update_filter, frozen)
-            t = len(columns["valid"])
             columns["obs"].append(flat)
             columns["actions"].append(out["actions"])
             columns["action_logp"].append(out["action_logp"])
@@ -210,15 +210,24 @@ class EnvRunner:
             columns["truncateds"].append(truncateds)
             columns["valid"].append(valid)
             steps_taken += valid
-            for i in () if self._recreated is None else np.flatnonzero(self._recreated):
-                for step_valid in columns["valid"][episode_start[i] :]:  # drop the crashed episode
-                    steps_taken[i] -= step_valid[i]
-                    step_valid[i] = False
-            episode_start[(terminateds | truncateds)] = t + 1
+            if self._recreated is not None and self._recreated.any():
+                self._drop_crashed_episodes(columns, np.flatnonzero(self._recreated), steps_taken)
             if frozen is not None:
                 frozen |= (terminateds | truncateds) & valid & (steps_taken >= num_steps)
+            t += 1
         last_obs = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
         return Rollout(**{k: np.stack(v) for k, v in columns.items()}, last_obs=last_obs)
+
+    @staticmethod
+    def _drop_crashed_episodes(columns: dict[str, list[np.ndarray]], envs: np.ndarray, steps_taken: np.ndarray):
+        """Mark the steps of each crashed env's current episode (in this fragment) invalid."""
+        for i in envs:
+            t = len(columns["valid"]) - 1  # the crash step itself ended nothing: walk back from before it
+            while t > 0 and not (columns["terminateds"][t - 1][i] or columns["truncateds"][t - 1][i]):
+                t -= 1
+            for step_valid in columns["valid"][t:]:
+                steps_taken[i] -= step_valid[i]
+                step_valid[i] = False
 
     def _step(self, explore: bool, update_filter: bool, frozen: np.ndarray | None = None):
         """Act in every env once; returns what a rollout records about this step."""
@@ -232,31 +241,25 @@ class EnvRunner:
         valid = ~self._prev_done if frozen is None else ~self._prev_done & ~frozen
         dones = terminateds | truncateds
         if update_filter:  # training steps advance the exploration schedules; evaluation doesn't
-            self.policy.global_timestep += int(valid.sum())
-        if dones.any():
-            self.policy.exploration.on_episodes_done(dones)
+            self.policy.global_timestep += np.count_nonzero(valid)
+        self._ep_return += rewards * valid
+        self._ep_len += valid
         # Envs recreated after a crash (RestartOnCrash): their episode is dropped, no stats.
         self._recreated = infos.get("_" + RestartOnCrash.CRASHED)  # SyncVectorEnv's mask, if any
         if self._recreated is not None:
             self._recreated = self._recreated & valid
-            valid_ends = valid & ~self._recreated
             self._ep_return[self._recreated] = 0.0
             self._ep_len[self._recreated] = 0
-        else:
-            valid_ends = valid
-        self._track_episodes(rewards, dones, valid_ends)
+            valid = valid & ~self._recreated
+        self._finished = []
+        if dones.any():  # rare: most steps end no episode
+            self.policy.exploration.on_episodes_done(dones)
+            self._end_episodes(np.flatnonzero(dones & valid))
         self._prev_done = dones
         self._obs = next_obs
         return flat, out, rewards, terminateds, truncateds, valid
 
-    def _track_episodes(self, rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray) -> None:
-        self._ep_return += rewards * valid
-        self._ep_len += valid
-        ended_mask = dones & valid
-        if not ended_mask.any():  # the common case: skip the per-episode work
-            self._finished = []
-            return
-        ended = np.flatnonzero(ended_mask)
+    def _end_episodes(self, ended: np.ndarray) -> None:
         self._finished = [(i, EpisodeStats(float(self._ep_return[i]), int(self._ep_len[i]))) for i in ended]
         self._episodes.extend(episode for _, episode in self._finished)
         self._ep_return[ended] = 0.0
