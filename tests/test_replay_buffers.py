@@ -267,7 +267,9 @@ def test_sum_min_tree_matches_a_cumulative_sum_search(capacity):
     assert tree.total == pytest.approx(values.sum(), rel=1e-12)
     assert tree.min == pytest.approx(values.min())
     cumulative = np.cumsum(values)
-    targets = np.concatenate([rng.uniform(0, cumulative[-1], size=2000), [0.0, cumulative[-1]]])  # and both ends
+    targets = np.concatenate(
+        [rng.uniform(0, cumulative[-1], size=2000), [0.0, cumulative[-1]]]
+    )  # and both ends
     expected = np.minimum(np.searchsorted(cumulative, targets, side="right"), filled - 1)
     assert np.array_equal(tree.find(targets), expected)
 

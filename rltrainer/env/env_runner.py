@@ -219,7 +219,9 @@ class EnvRunner:
         return Rollout(**{k: np.stack(v) for k, v in columns.items()}, last_obs=last_obs)
 
     @staticmethod
-    def _drop_crashed_episodes(columns: dict[str, list[np.ndarray]], envs: np.ndarray, steps_taken: np.ndarray):
+    def _drop_crashed_episodes(
+        columns: dict[str, list[np.ndarray]], envs: np.ndarray, steps_taken: np.ndarray
+    ):
         """Mark the steps of each crashed env's current episode (in this fragment) invalid."""
         for i in envs:
             t = len(columns["valid"]) - 1  # the crash step itself ended nothing: walk back from before it
