@@ -1,9 +1,12 @@
-"""Helpers shared by the benchmarks: tuned-example lookup and result printing."""
+"""Helpers shared by the benchmarks: tuned-example lookup, seeds in fresh processes, results."""
 
 from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +31,43 @@ def median(values: list[float]) -> float | None:
 def print_json_line(figures: dict[str, Any]) -> None:
     """The last line of every benchmark: its figures as one JSON object."""
     print(json.dumps(figures, sort_keys=True))
+
+
+def run_seed(command: list[str], seed: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One time-to-solve seed in a fresh process (imports count in its time).
+
+    The process prints, as its last JSON line, ``stopped_at`` (``time.time()`` when the stop
+    criterion was met), ``steps``, ``solved``, ``train_return`` and ``eval_return``; the
+    returned run has ``seconds`` from its start instead of ``stopped_at``.
+    """
+    started = time.time()
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        print(done.stdout[-5000:], done.stderr[-5000:], sep="\n", file=sys.stderr)
+        raise SystemExit(f"seed {seed} crashed (exit {done.returncode})")
+    run = json.loads(lines[-1])
+    run["seconds"] = run.pop("stopped_at") - started
+    print(
+        f"  seed {seed}: {'solved' if run['solved'] else 'FAILED'} in {run['seconds']:.2f} s, "
+        f"{run['steps']} steps (train {run['train_return']:.1f}, eval {run['eval_return']:.1f})",
+        flush=True,
+    )
+    return run
+
+
+def summarize_seeds(runs: list[dict[str, Any]], **labels: Any) -> None:
+    """Print the median line, then the figures (with ``labels``) as the last JSON line."""
+    solved = sum(bool(run["solved"]) for run in runs)
+    figures = {
+        **labels,
+        "seeds": len(runs),
+        "solved": solved,
+        "median_s": median([run["seconds"] for run in runs]),
+        "median_steps": median([run["steps"] for run in runs]),
+        "seconds": [round(run["seconds"], 2) for run in runs],
+        "steps": [run["steps"] for run in runs],
+    }
+    median_s, median_steps = figures["median_s"], figures["median_steps"]
+    print(f"median {median_s:.2f} s, {median_steps:.0f} steps, {solved}/{len(runs)} seeds solved")
+    print_json_line(figures)

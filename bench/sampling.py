@@ -8,6 +8,10 @@ Each repeat measures our sampling and the ceiling back to back and the ratio is 
 of those pairs, so the machine's drift (large on shared 2-core machines) cancels out.
 With ``--env-runners N`` (N >= 1) the figure is the group's parallel sampling rate as the
 driver sees it (rollouts shipped back through Ray), next to the single-process one.
+
+``--breakdown`` also prints, per vector size, what one step of the driver's env runner costs:
+the policy network alone, inference (network, sampling, actions), the env's own step, and the
+whole env-runner step (inference, env step and recording).
 """
 
 from __future__ import annotations
@@ -67,6 +71,42 @@ def sampling(algo, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
+def per_call_us(fn, seconds: float) -> float:
+    """Median over 5 rounds of the mean time of one ``fn()`` call, in microseconds."""
+    fn()
+    rounds = []
+    for _ in range(5):
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / 5:
+            for _ in range(50):
+                fn()
+            calls += 50
+        rounds.append((time.perf_counter() - start) / calls * 1e6)
+    return median(rounds)
+
+
+def breakdown(algo, seconds: float) -> dict[str, float]:
+    """Microseconds per step of the driver's env runner, by part (see the module docstring)."""
+    runner = algo.env_runner_group.local_worker()
+    rollout, _ = runner.sample()  # envs reset and running
+    policy, flat_obs = runner.policy, rollout.obs[-1]
+    network = policy.model.numpy_policy()
+    actions = policy.compute(flat_obs, True)["env_actions"]
+    parts = {
+        "network_us": per_call_us(lambda: network(flat_obs), seconds),
+        "inference_us": per_call_us(lambda: policy.compute(flat_obs, True), seconds),
+        "env_step_us": per_call_us(lambda: runner.env.step(actions), seconds),
+    }
+    # Per env.step slot of a whole rollout (reset steps included, as the ceiling counts them).
+    slots = []
+    for _ in range(5):
+        start = time.perf_counter()
+        rollout, _ = runner.sample()
+        slots.append((time.perf_counter() - start) * 1e6 / (rollout.valid.size / runner.num_envs))
+    parts["env_runner_step_us"] = median(slots)
+    return {k: round(v, 1) for k, v in parts.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -78,6 +118,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="medians over this many measurements")
     parser.add_argument("--hiddens", default="64,64", help="policy MLP hidden sizes")
     parser.add_argument("--activation", default="tanh", help="policy MLP activation (tuned example: relu)")
+    parser.add_argument("--breakdown", action="store_true", help="also time the parts of one env-runner step")
     args = parser.parse_args()
     hiddens = [int(h) for h in args.hiddens.split(",")]
     print(f"{args.env}, MLP {hiddens} {args.activation}, medians of {args.repeats} x {args.seconds:.0f} s")
@@ -87,6 +128,7 @@ def main() -> None:
         for env_runners in (int(r) for r in args.env_runners.split(",")):
             for num_envs in (int(n) for n in args.envs.split(",")):
                 algo = build(args.env, num_envs, env_runners, hiddens, args.activation, storage)
+                parts = breakdown(algo, args.seconds) if args.breakdown and not env_runners else {}
                 pairs = [
                     (sampling(algo, args.seconds), ceiling(args.env, num_envs, args.seconds))
                     for _ in range(args.repeats)
@@ -104,8 +146,12 @@ def main() -> None:
                     "steps_per_s": round(ours),
                     "ceiling_steps_per_s": round(top),
                     "ratio": round(ratio, 3),
+                    **parts,
                 }
                 print(f"{env_runners:>7} {num_envs:>5} {ours:>17,.0f} {top:>16,.0f} {ratio:>7.1%}")
+                if parts:
+                    timings = ", ".join(f"{name[:-3]} {us:.1f}" for name, us in parts.items())
+                    print(f"        per step (us): {timings}")
     print_json_line(
         {
             "env": args.env,

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 
-from bench.common import find_tuned_example, median, print_json_line
+from bench.common import find_tuned_example, run_seed, summarize_seeds
 
 TARGETS = {"CartPole-v1": (475.0, 300_000), "Pendulum-v1": (-200.0, 50_000)}
 
@@ -63,35 +61,8 @@ def main() -> None:
             "--budget",
             str(budget),
         ]
-        started = time.time()
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            print(done.stderr, file=sys.stderr)
-            raise SystemExit(f"seed {seed} crashed")
-        run = json.loads(done.stdout.strip().splitlines()[-1])
-        run["seconds"] = run.pop("stopped_at") - started
-        runs.append(run)
-        print(
-            f"  seed {seed}: {'solved' if run['solved'] else 'FAILED'} in {run['seconds']:.2f} s, "
-            f"{run['steps']} steps (train {run['train_return']:.1f}, eval {run['eval_return']:.1f})"
-        )
-
-    solved = [r for r in runs if r["solved"]]
-    figures = {
-        "algo": args.algo,
-        "env": args.env,
-        "seeds": len(runs),
-        "solved": len(solved),
-        "median_s": median([r["seconds"] for r in runs]),
-        "median_steps": median([r["steps"] for r in runs]),
-        "seconds": [round(r["seconds"], 2) for r in runs],
-        "steps": [r["steps"] for r in runs],
-    }
-    print(
-        f"median {figures['median_s']:.2f} s, {figures['median_steps']:.0f} steps, "
-        f"{len(solved)}/{len(runs)} seeds solved"
-    )
-    print_json_line(figures)
+        runs.append(run_seed(command, seed))
+    summarize_seeds(runs, algo=args.algo, env=args.env)
 
 
 if __name__ == "__main__":
