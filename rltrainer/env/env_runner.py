@@ -224,7 +224,7 @@ class EnvRunner:
     ):
         """Mark the steps of each crashed env's current episode (in this fragment) invalid."""
         for i in envs:
-            t = len(columns["valid"]) - 1  # the crash step itself ended nothing: walk back from before it
+            t = len(columns["valid"]) - 1  # the crash step (truncated): its episode began after the last end
             while t > 0 and not (columns["terminateds"][t - 1][i] or columns["truncateds"][t - 1][i]):
                 t -= 1
             for step_valid in columns["valid"][t:]:
@@ -254,7 +254,7 @@ class EnvRunner:
             self._ep_len[self._recreated] = 0
             valid = valid & ~self._recreated
         self._finished = []
-        if dones.any():  # rare: most steps end no episode
+        if dones.any():  # skip the per-episode work on steps that end none
             self.policy.exploration.on_episodes_done(dones)
             self._end_episodes(np.flatnonzero(dones & valid))
         self._prev_done = dones
