@@ -9,7 +9,7 @@ import torch
 from gymnasium import spaces
 
 from rltrainer.core.distributions import ActionDistribution, dist_class_for
-from rltrainer.core.exploration import Exploration, make_exploration
+from rltrainer.core.exploration import Exploration, StochasticSampling, make_exploration
 from rltrainer.core.models import ActorCritic
 from rltrainer.env.preprocessors import Preprocessor
 from rltrainer.errors import ConfigError
@@ -53,6 +53,7 @@ class Policy:
             )
         except ValueError as err:
             raise ConfigError(f"exploration_config {config.exploration_config}: {err}") from None
+        self._plain_sampling = type(self.exploration) is StochasticSampling
         self.global_timestep = 0
         """Env steps sampled so far, as the exploration schedules see them (synced by the algorithm)."""
         # Inference runs in numpy on views of the parameters (see NumpyMLP): env runners keep
@@ -102,8 +103,13 @@ class Policy:
         ``action_dist_inputs``, all numpy.
         """
         dist_inputs = self._numpy_policy(flat_obs)
-        distribution = ActionDistribution(self.dist_class, dist_inputs, self.rng)
-        actions, logp = self.exploration.get_exploration_action(distribution, self.global_timestep, explore)
+        timestep = self.global_timestep
+        if self._plain_sampling and (not explore or timestep >= self.exploration.random_timesteps):
+            # What StochasticSampling would do, without its layers (the env runners' hot path).
+            actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
+        else:
+            distribution = ActionDistribution(self.dist_class, dist_inputs, self.rng)
+            actions, logp = self.exploration.get_exploration_action(distribution, timestep, explore)
         return {
             "actions": actions,
             "env_actions": self.to_env_actions(actions),

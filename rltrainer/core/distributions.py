@@ -13,6 +13,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from rltrainer.core import compiled
+
+_NO_UNIFORMS = np.zeros(0, dtype=np.float32)  # greedy sampling draws none
+
 
 class Categorical:
     """Categorical over ``n`` actions from unnormalized logits ``[B, n]``."""
@@ -35,6 +39,10 @@ class Categorical:
         inputs: np.ndarray, explore: bool, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(actions, logp)`` from numpy logits (the env runners' inference path)."""
+        kernels = compiled.kernels()
+        if kernels is not None and inputs.dtype == np.float32 and inputs.flags.c_contiguous:
+            uniforms = rng.random(len(inputs), dtype=np.float32) if explore else _NO_UNIFORMS
+            return kernels.categorical_sample(inputs, uniforms, explore)
         shifted = inputs - inputs.max(axis=-1, keepdims=True)
         cdf = np.exp(shifted).cumsum(axis=-1)  # unnormalized; the last column is the partition sum
         total = cdf[:, -1]

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rltrainer.core import compiled
+
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "linear": nn.Identity}
 NUMPY_ACTIVATIONS = {
     "tanh": lambda x: np.tanh(x, out=x),
@@ -39,8 +41,18 @@ class NumpyMLP:
         self.params = [(w.detach().numpy().T, b.detach().numpy()) for w, b in fast.params]
         self.activate = fast.activate
         self.act = NUMPY_ACTIVATIONS[activation]
+        # With numba (rltrainer.core.compiled), each layer's bias and activation are one fused pass.
+        code, kernels = compiled.ACTIVATION_CODES.get(activation), compiled.kernels()
+        self._bias_activation = kernels.bias_activation if kernels and code is not None else None
+        linear = compiled.ACTIVATION_CODES["linear"]
+        self._codes = [code if activate else linear for activate in self.activate]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self._bias_activation is not None and x.dtype == np.float32:
+            for (weight_t, bias), code in zip(self.params, self._codes, strict=True):
+                x = x @ weight_t  # a new C-contiguous float32 array
+                self._bias_activation(x, bias, code)
+            return x
         for (weight_t, bias), activate in zip(self.params, self.activate, strict=True):
             x = x @ weight_t
             x += bias

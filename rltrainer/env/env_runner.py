@@ -19,12 +19,15 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from rltrainer.core.exploration import Exploration
 from rltrainer.core.filters import make_filter
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError
 
 logger = logging.getLogger(__name__)
+
+_CRASHED_MASK = "_" + RestartOnCrash.CRASHED  # SyncVectorEnv's info mask of recreated envs
 
 
 class Rollout(NamedTuple):
@@ -93,8 +96,11 @@ class EnvRunner:
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self._episodes: list[EpisodeStats] = []
-        self._finished: list[tuple[int, EpisodeStats]] = []  # (env index, episode) of the last step
         self._recreated: np.ndarray | None = None  # envs recreated after a crash in the last step
+        # Only explorations that override the hook (e.g. OU noise) are told about episode ends.
+        self._notify_episode_ends = (
+            type(self.policy.exploration).on_episodes_done is not Exploration.on_episodes_done
+        )
         self._seeded = False
 
     # --- sampling ------------------------------------------------------------------
@@ -148,7 +154,6 @@ class EnvRunner:
         """
         explore = self.config.explore if explore is None else explore
         self._reset()
-        self.pop_episodes()
         quota = None
         if num_episodes is not None:
             quota = np.array([(num_episodes + i) // self.num_envs for i in range(self.num_envs)])
@@ -156,13 +161,13 @@ class EnvRunner:
         episodes: list[EpisodeStats] = []
         steps = 0
         while (quota is None or (counted < quota).any()) and (num_timesteps is None or steps < num_timesteps):
-            *_, valid = self._step(explore, update_filter=False)
+            _, _, rewards, terminateds, truncateds, valid = self._step(explore, update_filter=False)
             steps += int(valid.sum())
-            for env_index, episode in self._finished:
+            ended = self._close_episodes(rewards[None], valid[None], (terminateds | truncateds)[None])
+            for env_index, episode in ended:
                 if quota is None or counted[env_index] < quota[env_index]:
                     counted[env_index] += 1
                     episodes.append(episode)
-        self.pop_episodes()
         return episodes, steps
 
     def sample_with_filter_delta(self) -> tuple[Rollout, list[EpisodeStats], dict[str, np.ndarray]]:
@@ -194,33 +199,44 @@ class EnvRunner:
             self._reset()
         # complete_episodes: envs that finished their share (None otherwise: nothing to mask per step)
         frozen = np.zeros(self.num_envs, dtype=bool) if complete_episodes else None
-        steps_taken = np.zeros(self.num_envs, dtype=np.int64)
         columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
         # Reset steps (next-step autoreset) don't count: each env steps until it has num_steps
         # real ones (and, for complete_episodes, until its episode ends). So the first num_steps
-        # iterations need no check.
+        # iterations need no count (None until then).
+        steps_taken = np.zeros(self.num_envs, dtype=np.int64) if complete_episodes else None
         t = 0
-        while t < num_steps or (steps_taken < num_steps).any() or (frozen is not None and not frozen.all()):
+        while True:
+            if t >= num_steps:
+                if steps_taken is None:
+                    steps_taken = np.sum(columns["valid"], axis=0)
+                if steps_taken.min() >= num_steps and (frozen is None or frozen.all()):
+                    break
             flat, out, rewards, terminateds, truncateds, valid = self._step(explore, update_filter, frozen)
             columns["obs"].append(flat)
             columns["actions"].append(out["actions"])
             columns["action_logp"].append(out["action_logp"])
-            columns["rewards"].append(self._clip_rewards(rewards))
+            columns["rewards"].append(rewards)
             columns["terminateds"].append(terminateds)
             columns["truncateds"].append(truncateds)
             columns["valid"].append(valid)
-            steps_taken += valid
-            if self._recreated is not None and self._recreated.any():
+            if steps_taken is not None:
+                steps_taken += valid
+            if self._recreated is not None:
                 self._drop_crashed_episodes(columns, np.flatnonzero(self._recreated), steps_taken)
             if frozen is not None:
                 frozen |= (terminateds | truncateds) & valid & (steps_taken >= num_steps)
             t += 1
         last_obs = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
-        return Rollout(**{k: np.stack(v) for k, v in columns.items()}, last_obs=last_obs)
+        batch = {k: np.stack(v) for k, v in columns.items()}
+        rewards = batch["rewards"] = batch["rewards"].astype(np.float32, copy=False)
+        ended = self._close_episodes(rewards, batch["valid"], batch["terminateds"] | batch["truncateds"])
+        self._episodes.extend(episode for _, episode in ended)
+        batch["rewards"] = self._clip_rewards(rewards)
+        return Rollout(**batch, last_obs=last_obs)
 
     @staticmethod
     def _drop_crashed_episodes(
-        columns: dict[str, list[np.ndarray]], envs: np.ndarray, steps_taken: np.ndarray
+        columns: dict[str, list[np.ndarray]], envs: np.ndarray, steps_taken: np.ndarray | None
     ):
         """Mark the steps of each crashed env's current episode (in this fragment) invalid."""
         for i in envs:
@@ -228,44 +244,72 @@ class EnvRunner:
             while t > 0 and not (columns["terminateds"][t - 1][i] or columns["truncateds"][t - 1][i]):
                 t -= 1
             for step_valid in columns["valid"][t:]:
-                steps_taken[i] -= step_valid[i]
+                if steps_taken is not None:
+                    steps_taken[i] -= step_valid[i]
                 step_valid[i] = False
 
     def _step(self, explore: bool, update_filter: bool, frozen: np.ndarray | None = None):
-        """Act in every env once; returns what a rollout records about this step."""
+        """Act in every env once; returns what a rollout records about this step.
+
+        Only what the next step depends on happens here (the hot path of sampling);
+        episode returns and lengths are summed per rollout by ``_close_episodes``.
+        """
         flat = self.filter(self.policy.preprocessor.transform(self._obs), update=update_filter)
         out = self.policy.compute(flat, explore)
         try:
             next_obs, rewards, terminateds, truncateds, infos = self.env.step(out["env_actions"])
         except Exception as err:
             raise EnvStepError(f"env.step() raised {type(err).__name__}: {err}") from err
-        rewards = np.asarray(rewards, dtype=np.float32)
         valid = ~self._prev_done if frozen is None else ~self._prev_done & ~frozen
-        dones = terminateds | truncateds
         if update_filter:  # training steps advance the exploration schedules; evaluation doesn't
             self.policy.global_timestep += np.count_nonzero(valid)
-        self._ep_return += rewards * valid
-        self._ep_len += valid
-        # Envs recreated after a crash (RestartOnCrash): their episode is dropped, no stats.
-        self._recreated = infos.get("_" + RestartOnCrash.CRASHED)  # SyncVectorEnv's mask, if any
+        # Envs recreated after a crash (RestartOnCrash) end their episode unreported.
+        self._recreated = infos.get(_CRASHED_MASK)  # SyncVectorEnv's mask, if any
         if self._recreated is not None:
             self._recreated = self._recreated & valid
-            self._ep_return[self._recreated] = 0.0
-            self._ep_len[self._recreated] = 0
             valid = valid & ~self._recreated
-        self._finished = []
-        if dones.any():  # skip the per-episode work on steps that end none
-            self.policy.exploration.on_episodes_done(dones)
-            self._end_episodes(np.flatnonzero(dones & valid))
-        self._prev_done = dones
+            if not self._recreated.any():
+                self._recreated = None
+        self._prev_done = terminateds | truncateds
+        if self._notify_episode_ends and self._prev_done.any():
+            self.policy.exploration.on_episodes_done(self._prev_done)
         self._obs = next_obs
         return flat, out, rewards, terminateds, truncateds, valid
 
-    def _end_episodes(self, ended: np.ndarray) -> None:
-        self._finished = [(i, EpisodeStats(float(self._ep_return[i]), int(self._ep_len[i]))) for i in ended]
-        self._episodes.extend(episode for _, episode in self._finished)
-        self._ep_return[ended] = 0.0
-        self._ep_len[ended] = 0
+    def _close_episodes(
+        self, rewards: np.ndarray, valid: np.ndarray, dones: np.ndarray
+    ) -> list[tuple[int, EpisodeStats]]:
+        """Episode accounting for ``[T, N]`` steps at once (a rollout, or one step).
+
+        Adds the valid steps' rewards to each env's running episode; every done step closes
+        its env's episode, which is reported (as ``(env index, stats)``, in step order) only
+        when that step is valid: a crashed env's truncation closes its episode unreported.
+        """
+        returns = np.cumsum(np.where(valid, rewards, 0.0), axis=0, dtype=np.float64)
+        returns += self._ep_return  # running sums [T, N], carried over from earlier steps
+        lengths = np.cumsum(valid, axis=0, dtype=np.int64)
+        lengths += self._ep_len
+        t_end, env_end = np.nonzero(dones)
+        self._ep_return, self._ep_len = returns[-1].copy(), lengths[-1].copy()
+        if not len(t_end):
+            return []
+        by_env = np.lexsort((t_end, env_end))  # each env's ends in step order
+        t_end, env_end = t_end[by_env], env_end[by_env]
+        return_at_end, length_at_end = returns[t_end, env_end], lengths[t_end, env_end]
+        # An episode's sums are the running sums at its end minus those at its env's previous end.
+        follows = np.zeros(len(t_end), dtype=bool)
+        follows[1:] = env_end[1:] == env_end[:-1]
+        episode_return, episode_len = return_at_end.copy(), length_at_end.copy()
+        episode_return[1:] -= np.where(follows[1:], return_at_end[:-1], 0.0)
+        episode_len[1:] -= np.where(follows[1:], length_at_end[:-1], 0)
+        last = np.ones(len(t_end), dtype=bool)
+        last[:-1] = ~follows[1:]
+        self._ep_return[env_end[last]] -= return_at_end[last]
+        self._ep_len[env_end[last]] -= length_at_end[last]
+        reported = np.flatnonzero(valid[t_end, env_end])
+        reported = reported[np.lexsort((env_end[reported], t_end[reported]))]  # step order
+        stats = map(EpisodeStats, episode_return[reported].tolist(), episode_len[reported].tolist())
+        return list(zip(env_end[reported].tolist(), stats, strict=True))
 
     def _clip_rewards(self, rewards: np.ndarray) -> np.ndarray:
         clip = self.config.clip_rewards

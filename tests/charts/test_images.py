@@ -230,7 +230,8 @@ def test_trainer_image_is_the_pinned_ray_version(variant: str) -> None:
     assert user == "ray"  # Ray images' non-root user (uid 1000)
     runs = " ".join(instructions(parser, "RUN"))
     assert f"{variant})" in runs  # the torch install has a branch for this variant
-    assert "pip install /tmp/rltrainer-src" in runs
+    assert 'pip install "/tmp/rltrainer-src[fast]"' in runs  # with the compiled inference kernels
+    assert "fast" in PROJECT["optional-dependencies"]
     # The build runs the CLI the operator submits as the Ray job (`rltrainer train ...`).
     assert "rltrainer --version" in runs and PROJECT["scripts"]["rltrainer"] == "rltrainer.cli:main"
     pin = re.search(r"ARG TORCH_VERSION=([\d.]+)", TRAINER.read_text()).group(1)

@@ -1,0 +1,102 @@
+"""numba kernels behind ``rltrainer.core.compiled``; import that module, not this one.
+
+Each kernel fuses what numpy does in several passes (each with a microsecond of call
+overhead) into one loop. They run on the env runners' per-step inference path, where the
+arrays are small (a few hundred to a few thousand floats) and overhead dominates.
+Compiled on first use and cached next to this file (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+LINEAR, RELU, TANH = 0, 1, 2
+
+# tanh as an odd [13/6] rational minimax approximation on [-c, c] (the one Eigen uses for
+# float32), with c where float32 tanh rounds to +-1. Unlike libm's tanhf it vectorizes;
+# its error against np.tanh is below 4e-7 (tests/test_compiled.py checks).
+_CLAMP = np.float32(7.90531110763549805)
+_A1, _A3, _A5, _A7, _A9, _A11, _A13 = (
+    np.float32(c)
+    for c in (
+        4.89352455891786e-03,
+        6.37261928875436e-04,
+        1.48572235717979e-05,
+        5.12229709037114e-08,
+        -8.60467152213735e-11,
+        2.00018790482477e-13,
+        -2.76076847742355e-16,
+    )
+)
+_B0, _B2, _B4, _B6 = (
+    np.float32(c)
+    for c in (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04, 1.19825839466702e-06)
+)
+
+# error_model="numpy": no ZeroDivisionError checks, which would keep loops from vectorizing.
+# "contract" lets multiply-adds fuse; no value-changing fast-math beyond that.
+_JIT = {"cache": True, "error_model": "numpy", "fastmath": {"contract"}}
+
+
+@numba.njit(inline="always", **_JIT)
+def _tanh(x):
+    x = min(max(x, -_CLAMP), _CLAMP)
+    x2 = x * x
+    p = (((((_A13 * x2 + _A11) * x2 + _A9) * x2 + _A7) * x2 + _A5) * x2 + _A3) * x2 + _A1
+    q = ((_B6 * x2 + _B4) * x2 + _B2) * x2 + _B0
+    return x * p / q
+
+
+@numba.njit(**_JIT)
+def bias_activation(x, bias, activation):
+    """``x = activation(x + bias)`` in place, for a C-contiguous float32 ``[B, n]`` ``x``."""
+    rows, cols = x.shape
+    if activation == RELU:
+        for i in range(rows):
+            for j in range(cols):
+                x[i, j] = max(x[i, j] + bias[j], np.float32(0.0))
+    elif activation == TANH:
+        for i in range(rows):
+            for j in range(cols):
+                x[i, j] = _tanh(x[i, j] + bias[j])
+    else:
+        for i in range(rows):
+            for j in range(cols):
+                x[i, j] += bias[j]
+
+
+@numba.njit(**_JIT)
+def categorical_sample(logits, uniforms, explore):
+    """``(actions int64 [B], logp float32 [B])`` from logits ``[B, n]``.
+
+    Exploring, action i is the number of CDF entries below ``uniforms[i] * partition sum``
+    (inverse-CDF sampling, as the numpy path does); otherwise the first argmax.
+    """
+    rows, n = logits.shape
+    actions = np.empty(rows, dtype=np.int64)
+    logp = np.empty(rows, dtype=np.float32)
+    for i in range(rows):
+        top = logits[i, 0]
+        for j in range(1, n):
+            top = max(top, logits[i, j])
+        total = np.float32(0.0)
+        for j in range(n):
+            total += np.float32(math.exp(logits[i, j] - top))
+        action = 0
+        if explore:
+            threshold = uniforms[i] * total
+            cdf = np.float32(0.0)
+            for j in range(n - 1):  # cdf[n - 1] is the total, never below the threshold
+                cdf += np.float32(math.exp(logits[i, j] - top))
+                if cdf < threshold:
+                    action = j + 1
+        else:
+            for j in range(1, n):
+                if logits[i, j] > logits[i, action]:
+                    action = j
+        actions[i] = action
+        logp[i] = logits[i, action] - top - np.float32(math.log(total))
+    return actions, logp

@@ -1,0 +1,65 @@
+"""EnvRunner internals that the end-to-end tests only see in aggregate."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rltrainer.algorithms.ppo import PPOConfig
+from rltrainer.env.env_runner import EnvRunner
+
+
+def per_step_episodes(rewards, valid, dones, carry_return, carry_len):
+    """The reference: walk the steps one at a time."""
+    running_return, running_len = carry_return.copy(), carry_len.copy()
+    ended = []
+    for t in range(len(rewards)):
+        running_return += np.where(valid[t], rewards[t], 0.0)
+        running_len += valid[t]
+        for env in np.flatnonzero(dones[t]):
+            if valid[t, env]:
+                ended.append((int(env), float(running_return[env]), int(running_len[env])))
+            running_return[env], running_len[env] = 0.0, 0
+    return ended, running_return, running_len
+
+
+def test_episode_accounting_per_rollout_matches_a_step_by_step_walk(tmp_path):
+    config = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=5)
+    runner = EnvRunner(config.reporting(storage_path=str(tmp_path)))
+    rng = np.random.default_rng(0)
+    carry_return, carry_len = np.zeros(5), np.zeros(5, dtype=np.int64)
+    for steps in (7, 1, 30, 1, 12):  # several rollouts (and single steps, as evaluation does)
+        rewards = rng.normal(size=(steps, 5)).astype(np.float32)
+        valid = rng.random((steps, 5)) < 0.8  # invalid: reset steps, crashed or frozen envs
+        dones = rng.random((steps, 5)) < 0.2  # invalid done steps close their episode unreported
+        expected, carry_return, carry_len = per_step_episodes(rewards, valid, dones, carry_return, carry_len)
+        ended = runner._close_episodes(rewards, valid, dones)
+        assert [env for env, _ in ended] == [env for env, _, _ in expected]
+        returns = [e.episode_return for _, e in ended]
+        np.testing.assert_allclose(returns, [r for _, r, _ in expected], rtol=1e-6)
+        assert [e.episode_len for _, e in ended] == [n for _, _, n in expected]
+        np.testing.assert_allclose(runner._ep_return, carry_return, rtol=1e-6)
+        np.testing.assert_array_equal(runner._ep_len, carry_len)
+    runner.stop()
+
+
+def test_rollout_episode_stats_are_the_envs_true_returns(tmp_path):
+    # CartPole pays 1 per step: every completed episode's return equals its length.
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=50)
+        .reporting(storage_path=str(tmp_path))
+        .debugging(seed=0)
+    )
+    runner = EnvRunner(config)
+    episodes, valid_steps = [], 0
+    for _ in range(6):
+        rollout, completed = runner.sample()
+        episodes += completed
+        valid_steps += rollout.num_steps
+        assert (rollout.valid.sum(axis=0) >= 50).all()
+    assert len(episodes) > 10
+    assert all(e.episode_return == e.episode_len and e.episode_len > 0 for e in episodes)
+    # Every valid step belongs to exactly one episode: a completed one or one still running.
+    assert sum(e.episode_len for e in episodes) + runner._ep_len.sum() == valid_steps
+    runner.stop()
