@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rltrainer.core.distributions import ActionDistribution, dist_class_for
+from rltrainer.core.distributions import ActionDistribution, Categorical, dist_class_for
 from rltrainer.core.exploration import Exploration, StochasticSampling, make_exploration
-from rltrainer.core.models import ActorCritic
+from rltrainer.core.models import ActorCritic, NumpyMLP
 from rltrainer.env.preprocessors import Preprocessor
 from rltrainer.errors import ConfigError
 
@@ -58,7 +58,7 @@ class Policy:
         """Env steps sampled so far, as the exploration schedules see them (synced by the algorithm)."""
         # Inference runs in numpy on views of the parameters (see NumpyMLP): env runners keep
         # their policy on the CPU, where this beats torch for RL-sized networks.
-        self._numpy_policy = self.model.numpy_policy()
+        self._set_numpy_policy(self.model.numpy_policy())
 
     # --- what subclasses override ------------------------------------------------------
     def make_dist_class(self) -> type:
@@ -102,12 +102,17 @@ class Policy:
         ``env_actions`` (rescaled/clipped for the env), ``action_logp`` and
         ``action_dist_inputs``, all numpy.
         """
-        dist_inputs = self._numpy_policy(flat_obs)
         timestep = self.global_timestep
         if self._plain_sampling and (not explore or timestep >= self.exploration.random_timesteps):
             # What StochasticSampling would do, without its layers (the env runners' hot path).
-            actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
+            if self._samples_from_mlp:  # network and sampling in one compiled call where possible
+                mlp, rng = self._numpy_policy, self.rng
+                actions, logp, dist_inputs = Categorical.sample_mlp(mlp, flat_obs, explore, rng)
+            else:
+                dist_inputs = self._numpy_policy(flat_obs)
+                actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
         else:
+            dist_inputs = self._numpy_policy(flat_obs)
             distribution = ActionDistribution(self.dist_class, dist_inputs, self.rng)
             actions, logp = self.exploration.get_exploration_action(distribution, timestep, explore)
         return {
@@ -136,7 +141,11 @@ class Policy:
         """Act with ``model`` itself (e.g. the driver's learner's module on the CPU): the numpy
         inference views its parameters, so every optimizer step is seen without syncing."""
         self.model = model
-        self._numpy_policy = model.numpy_policy()
+        self._set_numpy_policy(model.numpy_policy())
+
+    def _set_numpy_policy(self, numpy_policy: Any) -> None:
+        self._numpy_policy = numpy_policy
+        self._samples_from_mlp = self.dist_class is Categorical and isinstance(numpy_policy, NumpyMLP)
 
     def set_weights(self, weights: dict[str, Any]) -> None:
         """Load parameters given as numpy arrays or tensors, by name (all, or a subset)."""

@@ -49,7 +49,8 @@ def test_categorical_sampling_matches_numpy(explore):
     rng = np.random.default_rng(1)
     logits = rng.normal(scale=3.0, size=(4096, 5)).astype(np.float32)
     uniforms = rng.random(4096, dtype=np.float32)
-    actions, logp = kernels.categorical_sample(logits, uniforms, explore)
+    actions, logp = np.empty(4096, dtype=np.int64), np.empty(4096, dtype=np.float32)
+    kernels.categorical_sample(logits, uniforms, explore, actions, logp)
     # The numpy path's inverse-CDF sampling with the same uniforms.
     shifted = logits - logits.max(axis=1, keepdims=True)
     cdf = np.exp(shifted).cumsum(axis=1)
@@ -83,11 +84,26 @@ def test_numpy_policy_with_and_without_kernels(monkeypatch, activation):
     np.testing.assert_allclose(compiled_out, torch_out, atol=2e-6)
 
 
+@pytest.mark.parametrize("vf_share_layers", [False, True])
+def test_network_and_sampling_in_one_call_match_the_numpy_path(monkeypatch, vf_share_layers):
+    torch.manual_seed(0)
+    model = ActorCritic(5, 4, [32, 32], "tanh", vf_share_layers=vf_share_layers, free_log_std=False)
+    mlp = model.numpy_policy()
+    obs = np.asfortranarray(np.random.default_rng(4).normal(size=(256, 5)).astype(np.float32))
+    actions, logp, logits = Categorical.sample_mlp(mlp, obs, True, np.random.default_rng(5))
+    monkeypatch.setattr(compiled, "kernels", lambda: None)
+    ref_actions, ref_logp, ref_logits = Categorical.sample_mlp(mlp, obs, True, np.random.default_rng(5))
+    np.testing.assert_allclose(logits, ref_logits, atol=2e-6)
+    assert (actions != ref_actions).mean() < 0.01  # the same uniforms; rounding may flip near-ties
+    same = actions == ref_actions
+    np.testing.assert_allclose(logp[same], ref_logp[same], atol=1e-5)
+
+
 def test_kernels_see_optimizer_updates():
     # NumpyMLP views the torch parameters: in-place updates reach the compiled path too.
     model = actor_critic(4, 2, [8], "tanh")
     policy = model.numpy_policy()
-    obs = np.ones((2, 4), dtype=np.float32)
+    obs = np.ones((compiled.MIN_BATCH, 4), dtype=np.float32)
     before = policy(obs)
     with torch.no_grad():
         for p in model.parameters():
@@ -102,3 +118,22 @@ def test_environment_variable_turns_the_kernels_off(value):
     code = "from rltrainer.core import compiled; assert compiled.kernels() is None and not compiled.warm_up()"
     env = {**os.environ, compiled.ENV_VAR: value}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
+SMALL_RUN = """
+import sys
+from rltrainer.algorithms.ppo import PPOConfig
+config = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=8)
+algo = config.training(train_batch_size=256).reporting(storage_path=sys.argv[1]).build()
+algo.train()
+algo.compute_single_action(algo.env_runner_group.local_worker().env.observation_space.sample()[0])
+algo.stop()
+assert "numba" not in sys.modules, "numba was loaded"
+"""
+
+
+def test_small_batches_never_load_numba(tmp_path):
+    # Loading numba costs ~0.5 s per process: runs with few envs per runner don't pay it.
+    assert compiled.for_batch(compiled.MIN_BATCH - 1) is None
+    assert compiled.for_batch(compiled.MIN_BATCH) is kernels
+    subprocess.run([sys.executable, "-c", SMALL_RUN, str(tmp_path)], check=True, timeout=120)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rltrainer.algorithms.ppo import PPOConfig
+from rltrainer.core import compiled
 from rltrainer.env.env_runner import EnvRunner
 
 
@@ -22,7 +24,10 @@ def per_step_episodes(rewards, valid, dones, carry_return, carry_len):
     return ended, running_return, running_len
 
 
-def test_episode_accounting_per_rollout_matches_a_step_by_step_walk(tmp_path):
+@pytest.mark.parametrize("compiled_kernels", [True, False], ids=["numba", "numpy"])
+def test_episode_accounting_per_rollout_matches_a_step_by_step_walk(tmp_path, monkeypatch, compiled_kernels):
+    # Both implementations: the compiled walk and numpy's cumulative sums.
+    monkeypatch.setattr(compiled, "MIN_BATCH", 1 if compiled_kernels else 10**9)
     config = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=5)
     runner = EnvRunner(config.reporting(storage_path=str(tmp_path)))
     rng = np.random.default_rng(0)

@@ -1,8 +1,10 @@
 """numba kernels behind ``rltrainer.core.compiled``; import that module, not this one.
 
-Each kernel fuses what numpy does in several passes (each with a microsecond of call
-overhead) into one loop. They run on the env runners' per-step inference path, where the
-arrays are small (a few hundred to a few thousand floats) and overhead dominates.
+One call runs a whole MLP (and, for discrete actions, samples from its logits), where
+numpy takes two or three calls per layer, each with a microsecond or more of overhead.
+They run on the env runners' per-step inference path, where the arrays are small (a few
+hundred to a few thousand floats) and overhead dominates. Matrix products go to BLAS
+(numba's ``np.dot`` calls SciPy's); bias, activation and sampling are fused loops.
 Compiled on first use and cached next to this file (``cache=True``).
 """
 
@@ -69,15 +71,13 @@ def bias_activation(x, bias, activation):
 
 
 @numba.njit(**_JIT)
-def categorical_sample(logits, uniforms, explore):
-    """``(actions int64 [B], logp float32 [B])`` from logits ``[B, n]``.
+def categorical_sample(logits, uniforms, explore, actions, logp):
+    """Fills ``actions`` (int64 ``[B]``) and ``logp`` (float32 ``[B]``) from logits ``[B, n]``.
 
     Exploring, action i is the number of CDF entries below ``uniforms[i] * partition sum``
     (inverse-CDF sampling, as the numpy path does); otherwise the first argmax.
     """
     rows, n = logits.shape
-    actions = np.empty(rows, dtype=np.int64)
-    logp = np.empty(rows, dtype=np.float32)
     for i in range(rows):
         top = logits[i, 0]
         for j in range(1, n):
@@ -99,4 +99,58 @@ def categorical_sample(logits, uniforms, explore):
                     action = j
         actions[i] = action
         logp[i] = logits[i, action] - top - np.float32(math.log(total))
-    return actions, logp
+
+
+@numba.njit(**_JIT)
+def mlp_forward(x, weights, biases, activations, out):
+    """Fills ``out [B, out]`` with an MLP's output for ``x [B, in]``: per layer
+    ``activation(h @ weight.T + bias)``.
+
+    ``weights`` are torch's ``[out, in]`` matrices, ``biases`` and ``activations`` (codes)
+    one per layer, all as tuples. Outputs are the caller's arrays: returning new ones from
+    compiled code costs more than allocating them in Python.
+    """
+    h = np.ascontiguousarray(x)
+    last = len(weights) - 1
+    for layer in range(last):
+        h = np.dot(h, weights[layer].T)
+        bias_activation(h, biases[layer], activations[layer])
+    np.dot(h, weights[last].T, out)
+    bias_activation(out, biases[last], activations[last])
+
+
+@numba.njit(**_JIT)
+def mlp_categorical_sample(x, weights, biases, activations, uniforms, explore, logits, actions, logp):
+    """``mlp_forward`` into ``logits``, then ``categorical_sample``, in one call."""
+    mlp_forward(x, weights, biases, activations, logits)
+    categorical_sample(logits, uniforms, explore, actions, logp)
+
+
+@numba.njit(**_JIT)
+def close_episodes(rewards, valid, dones, running_return, running_len):
+    """Episode accounting for ``[T, N]`` steps, step by step (``EnvRunner._close_episodes``).
+
+    Updates ``running_return``/``running_len`` in place; returns the env index, return and
+    length of each episode that ended on a valid step, in step order.
+    """
+    steps, envs = rewards.shape
+    ended = 0
+    for t in range(steps):
+        for n in range(envs):
+            ended += dones[t, n] and valid[t, n]
+    env_index = np.empty(ended, dtype=np.int64)
+    returns = np.empty(ended, dtype=np.float64)
+    lengths = np.empty(ended, dtype=np.int64)
+    k = 0
+    for t in range(steps):
+        for n in range(envs):
+            if valid[t, n]:
+                running_return[n] += rewards[t, n]
+                running_len[n] += 1
+            if dones[t, n]:
+                if valid[t, n]:
+                    env_index[k], returns[k], lengths[k] = n, running_return[n], running_len[n]
+                    k += 1
+                running_return[n] = 0.0
+                running_len[n] = 0
+    return env_index, returns, lengths

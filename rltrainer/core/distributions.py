@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from rltrainer.core import compiled
+
+if TYPE_CHECKING:
+    from rltrainer.core.models import NumpyMLP
 
 _NO_UNIFORMS = np.zeros(0, dtype=np.float32)  # greedy sampling draws none
 
@@ -39,10 +43,12 @@ class Categorical:
         inputs: np.ndarray, explore: bool, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(actions, logp)`` from numpy logits (the env runners' inference path)."""
-        kernels = compiled.kernels()
+        kernels = compiled.for_batch(len(inputs))
         if kernels is not None and inputs.dtype == np.float32 and inputs.flags.c_contiguous:
             uniforms = rng.random(len(inputs), dtype=np.float32) if explore else _NO_UNIFORMS
-            return kernels.categorical_sample(inputs, uniforms, explore)
+            actions, logp = np.empty(len(inputs), dtype=np.int64), np.empty(len(inputs), dtype=np.float32)
+            kernels.categorical_sample(inputs, uniforms, explore, actions, logp)
+            return actions, logp
         shifted = inputs - inputs.max(axis=-1, keepdims=True)
         cdf = np.exp(shifted).cumsum(axis=-1)  # unnormalized; the last column is the partition sum
         total = cdf[:, -1]
@@ -51,6 +57,22 @@ class Categorical:
         else:
             actions = shifted.argmax(axis=-1)
         return actions, shifted[_rows(len(inputs)), actions] - np.log(total)
+
+    @staticmethod
+    def sample_mlp(
+        mlp: NumpyMLP, obs: np.ndarray, explore: bool, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(actions, logp, logits)`` with ``mlp`` giving the logits: one kernel call when compiled."""
+        kernels = mlp.kernels_for(obs)
+        if kernels is None:
+            logits = mlp(obs)
+            return (*Categorical.sample_numpy(logits, explore, rng), logits)
+        rows = len(obs)
+        uniforms = rng.random(rows, dtype=np.float32) if explore else _NO_UNIFORMS
+        logits = np.empty((rows, mlp.out_size), dtype=np.float32)
+        actions, logp = np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.float32)
+        kernels.mlp_categorical_sample(obs, *mlp.compiled_args, uniforms, explore, logits, actions, logp)
+        return actions, logp, logits
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self.logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)

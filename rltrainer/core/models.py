@@ -35,24 +35,36 @@ class NumpyMLP:
     For inference on small batches numpy's per-call overhead is a fraction of torch's.
     The arrays share memory with the parameters, so in-place updates (optimizer steps,
     ``load_state_dict``) are seen without any copying or cache invalidation.
+    Several ``FastMLP``s run one after the other (e.g. a shared trunk, then a head).
     """
 
-    def __init__(self, fast: FastMLP, activation: str) -> None:
-        self.params = [(w.detach().numpy().T, b.detach().numpy()) for w, b in fast.params]
-        self.activate = fast.activate
+    def __init__(self, *fast: FastMLP, activation: str) -> None:
+        self.params = [(w.detach().numpy().T, b.detach().numpy()) for part in fast for w, b in part.params]
+        self.activate = [flag for part in fast for flag in part.activate]
         self.act = NUMPY_ACTIVATIONS[activation]
-        # With numba (rltrainer.core.compiled), each layer's bias and activation are one fused pass.
-        code, kernels = compiled.ACTIVATION_CODES.get(activation), compiled.kernels()
-        self._bias_activation = kernels.bias_activation if kernels and code is not None else None
-        linear = compiled.ACTIVATION_CODES["linear"]
-        self._codes = [code if activate else linear for activate in self.activate]
+        # With numba (rltrainer.core.compiled) one kernel call runs every layer: its arguments.
+        self.compiled_args = None
+        code, linear = compiled.ACTIVATION_CODES.get(activation), compiled.ACTIVATION_CODES["linear"]
+        self.out_size = self.params[-1][0].shape[1]
+        if code is not None and all(w.dtype == np.float32 for w, _ in self.params):
+            self.compiled_args = (
+                tuple(weight_t.T for weight_t, _ in self.params),  # torch's [out, in], C-contiguous
+                tuple(bias for _, bias in self.params),
+                tuple(code if activate else linear for activate in self.activate),
+            )
+
+    def kernels_for(self, x: np.ndarray):
+        """The compiled kernels if they should run this MLP on ``x``, else None."""
+        if self.compiled_args is None or x.dtype != np.float32:
+            return None
+        return compiled.for_batch(len(x))
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        if self._bias_activation is not None and x.dtype == np.float32:
-            for (weight_t, bias), code in zip(self.params, self._codes, strict=True):
-                x = x @ weight_t  # a new C-contiguous float32 array
-                self._bias_activation(x, bias, code)
-            return x
+        kernels = self.kernels_for(x)
+        if kernels is not None:
+            out = np.empty((len(x), self.out_size), dtype=np.float32)
+            kernels.mlp_forward(x, *self.compiled_args, out)
+            return out
         for (weight_t, bias), activate in zip(self.params, self.activate, strict=True):
             x = x @ weight_t
             x += bias
@@ -144,14 +156,14 @@ class ActorCritic(nn.Module):
 
     def numpy_policy(self):
         """``flat_obs (numpy) -> dist_inputs (numpy)`` without torch, for CPU inference."""
-        trunk = NumpyMLP(self._run_trunk, self.activation) if self._run_trunk is not None else None
-        pi = NumpyMLP(self._run_pi, self.activation)
-        log_std = self.log_std.detach().numpy() if self.free_log_std else None
+        parts = [m for m in (self._run_trunk, self._run_pi) if m is not None]
+        pi = NumpyMLP(*parts, activation=self.activation)
+        if not self.free_log_std:
+            return pi  # a NumpyMLP: discrete policies can sample in the same kernel call
+        log_std = self.log_std.detach().numpy()
 
         def dist_inputs(obs: np.ndarray) -> np.ndarray:
-            out = pi(obs if trunk is None else trunk(obs))
-            if log_std is None:
-                return out
+            out = pi(obs)
             return np.concatenate([out, np.broadcast_to(log_std, out.shape)], axis=-1)
 
         return dist_inputs
@@ -210,9 +222,9 @@ class QNetwork(nn.Module):
 
     def numpy_policy(self):
         """``flat_obs (numpy) -> Q-values (numpy)`` without torch, for CPU inference."""
-        trunk = NumpyMLP(self._run_trunk, self.activation) if self._run_trunk is not None else None
-        advantage = NumpyMLP(self._run_advantage, self.activation)
-        value = NumpyMLP(self._run_value, self.activation) if self.dueling else None
+        trunk = NumpyMLP(self._run_trunk, activation=self.activation) if self._run_trunk is not None else None
+        advantage = NumpyMLP(self._run_advantage, activation=self.activation)
+        value = NumpyMLP(self._run_value, activation=self.activation) if self.dueling else None
 
         def q_values(obs: np.ndarray) -> np.ndarray:
             features = obs if trunk is None else trunk(obs)
@@ -250,7 +262,7 @@ class PolicyMLP(nn.Module):
 
     def numpy_policy(self):
         """``flat_obs (numpy) -> dist_inputs (numpy)`` without torch, for CPU inference."""
-        return NumpyMLP(self._run, self.activation)
+        return NumpyMLP(self._run, activation=self.activation)
 
 
 class TargetCopy:

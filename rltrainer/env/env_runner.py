@@ -19,8 +19,9 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from rltrainer.core import compiled
 from rltrainer.core.exploration import Exploration
-from rltrainer.core.filters import make_filter
+from rltrainer.core.filters import NoFilter, make_filter
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError
@@ -50,6 +51,18 @@ class Rollout(NamedTuple):
     def num_steps(self) -> int:
         """Env steps that count (the valid ones)."""
         return int(self.valid.sum())
+
+
+class _Step(NamedTuple):
+    """One step of every env: a row of each ``Rollout`` column."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    action_logp: np.ndarray
+    rewards: np.ndarray
+    terminateds: np.ndarray
+    truncateds: np.ndarray
+    valid: np.ndarray
 
 
 class EnvStepError(RuntimeError):
@@ -91,6 +104,7 @@ class EnvRunner:
         except ValueError as err:
             raise EnvError(f"env {config.env!r}: {err}") from None
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
+        self._unfiltered = type(self.filter) is NoFilter  # (MeanStdFilter subclasses it)
         self._obs: Any = None
         self._prev_done = np.zeros(self.num_envs, dtype=bool)
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
@@ -161,9 +175,10 @@ class EnvRunner:
         episodes: list[EpisodeStats] = []
         steps = 0
         while (quota is None or (counted < quota).any()) and (num_timesteps is None or steps < num_timesteps):
-            _, _, rewards, terminateds, truncateds, valid = self._step(explore, update_filter=False)
-            steps += int(valid.sum())
-            ended = self._close_episodes(rewards[None], valid[None], (terminateds | truncateds)[None])
+            step = self._step(explore, update_filter=False)
+            steps += int(step.valid.sum())
+            dones = step.terminateds | step.truncateds
+            ended = self._close_episodes(np.asarray(step.rewards)[None], step.valid[None], dones[None])
             for env_index, episode in ended:
                 if quota is None or counted[env_index] < quota[env_index]:
                     counted[env_index] += 1
@@ -200,6 +215,7 @@ class EnvRunner:
         # complete_episodes: envs that finished their share (None otherwise: nothing to mask per step)
         frozen = np.zeros(self.num_envs, dtype=bool) if complete_episodes else None
         columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
+        obs, actions, logp, rewards, terminateds, truncateds, valid = columns.values()  # the lists
         # Reset steps (next-step autoreset) don't count: each env steps until it has num_steps
         # real ones (and, for complete_episodes, until its episode ends). So the first num_steps
         # iterations need no count (None until then).
@@ -211,27 +227,27 @@ class EnvRunner:
                     steps_taken = np.sum(columns["valid"], axis=0)
                 if steps_taken.min() >= num_steps and (frozen is None or frozen.all()):
                     break
-            flat, out, rewards, terminateds, truncateds, valid = self._step(explore, update_filter, frozen)
-            columns["obs"].append(flat)
-            columns["actions"].append(out["actions"])
-            columns["action_logp"].append(out["action_logp"])
-            columns["rewards"].append(rewards)
-            columns["terminateds"].append(terminateds)
-            columns["truncateds"].append(truncateds)
-            columns["valid"].append(valid)
+            step = self._step(explore, update_filter, frozen)
+            obs.append(step.obs)
+            actions.append(step.actions)
+            logp.append(step.action_logp)
+            rewards.append(step.rewards)
+            terminateds.append(step.terminateds)
+            truncateds.append(step.truncateds)
+            valid.append(step.valid)
             if steps_taken is not None:
-                steps_taken += valid
+                steps_taken += step.valid
             if self._recreated is not None:
                 self._drop_crashed_episodes(columns, np.flatnonzero(self._recreated), steps_taken)
             if frozen is not None:
-                frozen |= (terminateds | truncateds) & valid & (steps_taken >= num_steps)
+                frozen |= (step.terminateds | step.truncateds) & step.valid & (steps_taken >= num_steps)
             t += 1
-        last_obs = self.filter(self.policy.preprocessor.transform(self._obs), update=False)
+        last_obs = self._observe(update_filter=False)
         batch = {k: np.stack(v) for k, v in columns.items()}
-        rewards = batch["rewards"] = batch["rewards"].astype(np.float32, copy=False)
-        ended = self._close_episodes(rewards, batch["valid"], batch["terminateds"] | batch["truncateds"])
+        raw_rewards = batch["rewards"].astype(np.float32, copy=False)
+        ended = self._close_episodes(raw_rewards, batch["valid"], batch["terminateds"] | batch["truncateds"])
         self._episodes.extend(episode for _, episode in ended)
-        batch["rewards"] = self._clip_rewards(rewards)
+        batch["rewards"] = self._clip_rewards(raw_rewards)
         return Rollout(**batch, last_obs=last_obs)
 
     @staticmethod
@@ -248,13 +264,13 @@ class EnvRunner:
                     steps_taken[i] -= step_valid[i]
                 step_valid[i] = False
 
-    def _step(self, explore: bool, update_filter: bool, frozen: np.ndarray | None = None):
+    def _step(self, explore: bool, update_filter: bool, frozen: np.ndarray | None = None) -> _Step:
         """Act in every env once; returns what a rollout records about this step.
 
         Only what the next step depends on happens here (the hot path of sampling);
         episode returns and lengths are summed per rollout by ``_close_episodes``.
         """
-        flat = self.filter(self.policy.preprocessor.transform(self._obs), update=update_filter)
+        flat = self._observe(update_filter)
         out = self.policy.compute(flat, explore)
         try:
             next_obs, rewards, terminateds, truncateds, infos = self.env.step(out["env_actions"])
@@ -274,7 +290,12 @@ class EnvRunner:
         if self._notify_episode_ends and self._prev_done.any():
             self.policy.exploration.on_episodes_done(self._prev_done)
         self._obs = next_obs
-        return flat, out, rewards, terminateds, truncateds, valid
+        return _Step(flat, out["actions"], out["action_logp"], rewards, terminateds, truncateds, valid)
+
+    def _observe(self, update_filter: bool) -> np.ndarray:
+        """The envs' current observations, flattened and filtered."""
+        flat = self.policy.preprocessor.transform(self._obs)
+        return flat if self._unfiltered else self.filter(flat, update=update_filter)
 
     def _close_episodes(
         self, rewards: np.ndarray, valid: np.ndarray, dones: np.ndarray
@@ -285,6 +306,18 @@ class EnvRunner:
         its env's episode, which is reported (as ``(env index, stats)``, in step order) only
         when that step is valid: a crashed env's truncation closes its episode unreported.
         """
+        kernels = compiled.for_batch(self.num_envs)
+        if kernels is not None:  # the same walk, compiled
+            ended = kernels.close_episodes(rewards, valid, dones, self._ep_return, self._ep_len)
+        else:
+            ended = self._close_episodes_numpy(rewards, valid, dones)
+        env_index, episode_return, episode_len = (column.tolist() for column in ended)
+        return list(zip(env_index, map(EpisodeStats, episode_return, episode_len), strict=True))
+
+    def _close_episodes_numpy(
+        self, rewards: np.ndarray, valid: np.ndarray, dones: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_close_episodes`` with cumulative sums: env index, return and length per episode."""
         returns = np.cumsum(np.where(valid, rewards, 0.0), axis=0, dtype=np.float64)
         returns += self._ep_return  # running sums [T, N], carried over from earlier steps
         lengths = np.cumsum(valid, axis=0, dtype=np.int64)
@@ -292,7 +325,7 @@ class EnvRunner:
         t_end, env_end = np.nonzero(dones)
         self._ep_return, self._ep_len = returns[-1].copy(), lengths[-1].copy()
         if not len(t_end):
-            return []
+            return t_end, np.zeros(0), t_end
         by_env = np.lexsort((t_end, env_end))  # each env's ends in step order
         t_end, env_end = t_end[by_env], env_end[by_env]
         return_at_end, length_at_end = returns[t_end, env_end], lengths[t_end, env_end]
@@ -308,8 +341,7 @@ class EnvRunner:
         self._ep_len[env_end[last]] -= length_at_end[last]
         reported = np.flatnonzero(valid[t_end, env_end])
         reported = reported[np.lexsort((env_end[reported], t_end[reported]))]  # step order
-        stats = map(EpisodeStats, episode_return[reported].tolist(), episode_len[reported].tolist())
-        return list(zip(env_end[reported].tolist(), stats, strict=True))
+        return env_end[reported], episode_return[reported], episode_len[reported]
 
     def _clip_rewards(self, rewards: np.ndarray) -> np.ndarray:
         clip = self.config.clip_rewards

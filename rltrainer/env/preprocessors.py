@@ -21,6 +21,8 @@ class Preprocessor:
     def __init__(self, space: spaces.Space) -> None:
         self.space = space
         self.size = _flat_size(space)
+        if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+            self.transform = _flatten_array  # env runners call it every step: skip the dispatch
 
     def transform(self, batch: Any) -> np.ndarray:
         """A batch of observations (leading batch axis) -> float32 array ``[B, size]``."""
@@ -50,10 +52,15 @@ def _flat_size(space: spaces.Space) -> int:
     )
 
 
+def _flatten_array(batch: Any) -> np.ndarray:
+    """Box and MultiBinary batches: float32 ``[B, size]``."""
+    arr = np.asarray(batch, dtype=np.float32)
+    return arr if arr.ndim == 2 else arr.reshape(arr.shape[0], -1)
+
+
 def _flatten(space: spaces.Space, batch: Any) -> np.ndarray:
     if isinstance(space, (spaces.Box, spaces.MultiBinary)):
-        arr = np.asarray(batch, dtype=np.float32)
-        return arr.reshape(arr.shape[0], -1)
+        return _flatten_array(batch)
     if isinstance(space, spaces.Discrete):
         index = np.asarray(batch, dtype=np.int64).reshape(-1) - int(space.start)
         return np.eye(int(space.n), dtype=np.float32)[index]
