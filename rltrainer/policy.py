@@ -53,7 +53,6 @@ class Policy:
             )
         except ValueError as err:
             raise ConfigError(f"exploration_config {config.exploration_config}: {err}") from None
-        self._plain_sampling = type(self.exploration) is StochasticSampling
         self.global_timestep = 0
         """Env steps sampled so far, as the exploration schedules see them (synced by the algorithm)."""
         # Inference runs in numpy on views of the parameters (see NumpyMLP): env runners keep
@@ -103,14 +102,11 @@ class Policy:
         ``action_dist_inputs``, all numpy.
         """
         timestep = self.global_timestep
-        if self._plain_sampling and (not explore or timestep >= self.exploration.random_timesteps):
-            # What StochasticSampling would do, without its layers (the env runners' hot path).
-            if self._samples_from_mlp:  # network and sampling in one compiled call where possible
-                mlp, rng = self._numpy_policy, self.rng
-                actions, logp, dist_inputs = Categorical.sample_mlp(mlp, flat_obs, explore, rng)
-            else:
-                dist_inputs = self._numpy_policy(flat_obs)
-                actions, logp = self.dist_class.sample_numpy(dist_inputs, explore, self.rng)
+        if self._samples_from_mlp and (not explore or timestep >= self.exploration.random_timesteps):
+            # What StochasticSampling does, with the network and the sampling in one compiled
+            # call where possible (the env runners' hot path).
+            mlp, rng = self._numpy_policy, self.rng
+            actions, logp, dist_inputs = Categorical.sample_mlp(mlp, flat_obs, explore, rng)
         else:
             dist_inputs = self._numpy_policy(flat_obs)
             distribution = ActionDistribution(self.dist_class, dist_inputs, self.rng)
@@ -145,7 +141,11 @@ class Policy:
 
     def _set_numpy_policy(self, numpy_policy: Any) -> None:
         self._numpy_policy = numpy_policy
-        self._samples_from_mlp = self.dist_class is Categorical and isinstance(numpy_policy, NumpyMLP)
+        self._samples_from_mlp = (
+            type(self.exploration) is StochasticSampling
+            and self.dist_class is Categorical
+            and isinstance(numpy_policy, NumpyMLP)
+        )
 
     def set_weights(self, weights: dict[str, Any]) -> None:
         """Load parameters given as numpy arrays or tensors, by name (all, or a subset)."""

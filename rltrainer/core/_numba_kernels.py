@@ -15,7 +15,9 @@ import math
 import numba
 import numpy as np
 
-LINEAR, RELU, TANH = 0, 1, 2
+from rltrainer.core.compiled import ACTIVATION_CODES
+
+RELU, TANH = ACTIVATION_CODES["relu"], ACTIVATION_CODES["tanh"]  # anything else: linear
 
 # tanh as an odd [13/6] rational minimax approximation on [-c, c] (the one Eigen uses for
 # float32), with c where float32 tanh rounds to +-1. Unlike libm's tanhf it vectorizes;
