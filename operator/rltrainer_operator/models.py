@@ -55,11 +55,16 @@ Quantity = Annotated[
 ]
 
 
-def _cel(rule: str, message: str, reason: str | None = None) -> dict[str, Any]:
-    """One ``x-kubernetes-validations`` entry (a CEL rule the API server enforces)."""
+def _cel(rule: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """One ``x-kubernetes-validations`` entry (a CEL rule the API server enforces).
+
+    ``field`` (``.gpusPerLearner``) is the ``fieldPath`` the API server names in its error.
+    The server also checks every rule against the schema's defaults (``learners: {}``), where
+    nested defaults are not yet filled in: rules must test optional keys with ``has()``.
+    """
     entry = {"rule": rule, "message": message}
-    if reason is not None:
-        entry["reason"] = reason
+    if field is not None:
+        entry["fieldPath"] = field
     return entry
 
 
@@ -89,12 +94,14 @@ class Toleration(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 _cel(
-                    "(has(self.key) && size(self.key) > 0) || self.operator == 'Exists'",
+                    "(has(self.key) && size(self.key) > 0) || (has(self.operator) && self.operator == 'Exists')",
                     EMPTY_KEY_NEEDS_EXISTS,
+                    field=".key",
                 ),
                 _cel(
-                    "self.operator != 'Exists' || !has(self.value) || size(self.value) == 0",
+                    "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || size(self.value) == 0",
                     EXISTS_TAKES_NO_VALUE,
+                    field=".value",
                 ),
             ]
         }
@@ -164,7 +171,11 @@ class Learners(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("self.gpusPerLearner == 0 || self.replicas > 0", GPUS_NEED_LEARNERS)
+                _cel(
+                    "!has(self.gpusPerLearner) || self.gpusPerLearner == 0 || !has(self.replicas) || self.replicas > 0",
+                    GPUS_NEED_LEARNERS,
+                    field=".gpusPerLearner",
+                )
             ]
         }
     )

@@ -1,0 +1,470 @@
+"""A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager.
+
+What controller-runtime's *envtest* gives Go operators, for ours: the real API server (CRD
+structural schemas, CEL rules and defaulting, the status subresource, server-side apply, watches,
+RBAC with a real authorizer, admission) and the real garbage collector and namespace controller.
+No kubelet, scheduler or container runtime: objects are stored and reconciled, pods never run.
+
+The binaries come from ``KUBEBUILDER_ASSETS`` (a folder with ``etcd``, ``kube-apiserver``,
+``kube-controller-manager`` and ``kubectl``: envtest's layout, ``setup-envtest use 1.32 -p path``),
+else from the repository's neighbour ``../shared/envtest`` (its ``setup`` unpacks them into a cache).
+``find_assets()`` returns None when neither exists; tests then skip with ``MISSING_ASSETS``.
+
+``ControlPlane`` starts the three on free 127.0.0.1 ports in a temporary folder (etcd's data on
+``/dev/shm`` where there is one: etcd 3.4 fsyncs every write), with TLS, RBAC and an audit log of
+every request (``audit_events()``: what tests count requests and check for 403s with), writes an
+admin kubeconfig, and stops exactly the processes it started. It also mints kubeconfigs for
+service accounts (``service_account_kubeconfig``: a real token from the TokenRequest API), so a
+test can run the operator with the identity the Helm chart gives it. The command line runs one
+until interrupted::
+
+    python -m rltrainer_operator.testing.envtest up --kubeconfig /tmp/rlx/kubeconfig
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+#: The project's neighbour with the control plane's binaries (``setup`` unpacks and prints a folder).
+SHARED_ENVTEST = REPO.parent / "shared" / "envtest"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+MISSING_ASSETS = (
+    "no Kubernetes control-plane binaries: set KUBEBUILDER_ASSETS to a folder with etcd, "
+    "kube-apiserver, kube-controller-manager and kubectl (e.g. `setup-envtest use 1.32 -p path`), "
+    f"or provide {SHARED_ENVTEST}"
+)
+#: This etcd is 3.4, which lacks watch progress requests (the API server's defaults need them).
+FEATURE_GATES = "ConsistentListFromCache=false,WatchList=false"
+#: Every request's metadata (user, verb, resource, response code), never a body: no secrets.
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "rules": [{"level": "Metadata"}]}
+
+
+def find_assets() -> Path | None:
+    """The folder with the control plane's binaries, or None when there is none to be had."""
+    configured = os.environ.get("KUBEBUILDER_ASSETS")
+    if configured:
+        folder = Path(configured)
+        return folder if all((folder / name).exists() for name in BINARIES[:3]) else None
+    setup = SHARED_ENVTEST / "setup"
+    if not setup.exists():
+        return None
+    done = subprocess.run([str(setup)], capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{setup} failed: {done.stderr.strip()}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ControlPlaneError(RuntimeError):
+    """A control-plane process did not come up; the message ends with its log."""
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1; a context manager.
+
+    Attributes once started: ``url`` (the API server), ``kubeconfig`` (an admin kubeconfig file,
+    in ``system:masters``), ``kubectl`` (the binary), ``root`` (certificates, logs, kubeconfigs).
+    """
+
+    def __init__(self, assets: Path, root: Path | None = None, start_timeout_s: float = 120.0) -> None:
+        self.assets = Path(assets)
+        self._own_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="envtest-") if root is None else root)
+        self.start_timeout_s = start_timeout_s
+        self.kubectl = self.assets / "kubectl"
+        self.kubeconfig = self.root / "kubeconfig"
+        self.audit_log = self.root / "audit.log"
+        self.url = ""
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._etcd_dir: Path | None = None
+        self._pki = self.root / "pki"
+
+    # ---------------------------------------------------------------------------------- life cycle
+
+    def start(self) -> ControlPlane:
+        try:
+            self._pki.mkdir(parents=True, exist_ok=True)
+            _write_pki(self._pki)
+            self._start_etcd()
+            self._start_apiserver()
+            self._start_controller_manager()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop what this object started (controller-manager, API server, etcd), then its files."""
+        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+            proc = self._procs.pop(name, None)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if self._etcd_dir is not None:
+            shutil.rmtree(self._etcd_dir, ignore_errors=True)
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------------------------ processes
+
+    def _launch(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
+        try:
+            proc = subprocess.Popen(
+                [str(self.assets / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        finally:
+            log.close()
+        self._procs[name] = proc
+        return proc
+
+    def _wait(self, name: str, ready: Any) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._procs[name].poll() is not None:
+                raise ControlPlaneError(f"{name} exited ({self._procs[name].returncode}):\n{self.log_tail(name)}")
+            if ready():
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{name} not ready after {self.start_timeout_s:.0f}s:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        try:
+            return "\n".join((self.root / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _start_etcd(self) -> None:
+        shm = Path("/dev/shm")
+        base = shm if shm.is_dir() and os.access(shm, os.W_OK) else self.root
+        self._etcd_dir = Path(tempfile.mkdtemp(prefix="envtest-etcd-", dir=base))
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self._launch(
+            "etcd",
+            [
+                f"--data-dir={self._etcd_dir}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--logger=zap",
+                "--log-level=warn",
+            ],
+        )
+        self._wait("etcd", lambda: b'"health":"true"' in _get(f"{self.etcd_url}/health"))
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        self.url = f"https://127.0.0.1:{port}"
+        pki = self._pki
+        policy = self.root / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        self._launch(
+            "kube-apiserver",
+            [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--etcd-servers={self.etcd_url}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--cert-dir={self.root / 'apiserver-certs'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                f"--feature-gates={FEATURE_GATES}",
+                "--v=0",
+            ],
+        )
+        self._write_kubeconfig(self.kubeconfig, "admin", cert=pki / "admin.crt", key=pki / "admin.key")
+        self._wait("kube-apiserver", lambda: self._admin_get("/readyz") == b"ok")
+
+    def _start_controller_manager(self) -> None:
+        pki = self._pki
+        kcm_config = self.root / "kube-controller-manager.kubeconfig"
+        self._write_kubeconfig(
+            kcm_config, "system:kube-controller-manager", cert=pki / "kcm.crt", key=pki / "kcm.key"
+        )
+        port = free_port()
+        self._launch(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={kcm_config}",
+                f"--authentication-kubeconfig={kcm_config}",
+                f"--authorization-kubeconfig={kcm_config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.root / 'kcm-certs'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                # The garbage collector and the namespace controller are what tests need (and
+                # service accounts, for tokens); a quick resync keeps deletions prompt.
+                "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token",
+                "--namespace-sync-period=10s",
+                "--v=0",
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+        self._wait(
+            "kube-controller-manager", lambda: _get(f"https://127.0.0.1:{port}/healthz", insecure) == b"ok"
+        )
+
+    # -------------------------------------------------------------------------------- kubeconfigs
+
+    def _write_kubeconfig(
+        self, path: Path, user: str, *, cert: Path | None = None, key: Path | None = None, token: str = ""
+    ) -> Path:
+        credentials: dict[str, str] = {"token": token}
+        if cert is not None and key is not None:
+            credentials = {
+                "client-certificate-data": _b64(cert.read_bytes()),
+                "client-key-data": _b64(key.read_bytes()),
+            }
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "envtest",
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": _b64((self._pki / "ca.crt").read_bytes()),
+                    },
+                }
+            ],
+            "users": [{"name": user, "user": credentials}],
+            "contexts": [{"name": user, "context": {"cluster": "envtest", "user": user}}],
+            "current-context": user,
+        }
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path | None = None) -> Path:
+        """A kubeconfig acting as ``system:serviceaccount:<namespace>:<name>`` (a real bound token,
+        valid for a day). The service account must exist."""
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}}
+        answer = self.kubectl_json(
+            "create", "--raw", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", "-f", "-",
+            stdin=json.dumps(request),
+        )
+        path = path or self.root / f"sa-{namespace}-{name}.kubeconfig"
+        return self._write_kubeconfig(path, f"system:serviceaccount:{namespace}:{name}", token=answer["status"]["token"])
+
+    # ------------------------------------------------------------------------------------- helpers
+
+    def kubectl_run(
+        self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        """``kubectl ARGS`` against this control plane (as admin unless ``kubeconfig`` is given)."""
+        done = subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+        return done
+
+    def kubectl_json(self, *args: str, stdin: str | None = None) -> Any:
+        return json.loads(self.kubectl_run(*args, stdin=stdin).stdout)
+
+    def audit_events(self) -> Iterator[dict[str, Any]]:
+        """Every request the API server has finished so far (``ResponseComplete`` audit events)."""
+        with contextlib.suppress(FileNotFoundError), self.audit_log.open() as lines:
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    if event.get("stage") == "ResponseComplete":
+                        yield event
+
+    def _admin_get(self, path: str) -> bytes:
+        context = ssl.create_default_context(cafile=str(self._pki / "ca.crt"))
+        context.load_cert_chain(str(self._pki / "admin.crt"), str(self._pki / "admin.key"))
+        return _get(self.url + path, context)
+
+
+def _get(url: str, context: ssl.SSLContext | None = None) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=3, context=context) as response:
+            return response.read().strip()
+    except (OSError, urllib.error.URLError, ValueError):
+        return b""
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+# ------------------------------------------------------------------------------------ certificates
+
+
+def _write_pki(folder: Path) -> None:
+    """A CA; the API server's serving certificate (127.0.0.1, localhost); client certificates for
+    the admin (``system:masters``) and the controller-manager; the service-account key pair."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def key_pair(name: str) -> Any:
+        key = ec.generate_private_key(ec.SECP256R1())
+        (folder / f"{name}.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.TraditionalOpenSSL,
+                serialization.NoEncryption(),
+            )
+        )
+        return key
+
+    def subject(common_name: str, organization: str | None = None) -> x509.Name:
+        parts = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+        if organization:
+            parts.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+        return x509.Name(parts)
+
+    def certificate(name: str, key: Any, subject_name: x509.Name, issuer: tuple[x509.Name, Any] | None, **ext: Any):
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject_name)
+            .issuer_name(issuer[0] if issuer else subject_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+        )
+        if "usage" in ext:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ext["usage"]]), critical=False)
+        if "sans" in ext:
+            builder = builder.add_extension(x509.SubjectAlternativeName(ext["sans"]), critical=False)
+        if issuer is None:
+            builder = builder.add_extension(
+                x509.KeyUsage(
+                    digital_signature=True, content_commitment=False, key_encipherment=False,
+                    data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                    encipher_only=False, decipher_only=False,
+                ),
+                critical=True,
+            )
+        cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+        (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return cert
+
+    ca_key = key_pair("ca")
+    ca_name = subject("envtest-ca")
+    certificate("ca", ca_key, ca_name, None)
+    ca = (ca_name, ca_key)
+    sans = [
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.DNSName("localhost"),
+        x509.DNSName("kubernetes.default.svc"),
+    ]
+    certificate("apiserver", key_pair("apiserver"), subject("kube-apiserver"), ca,
+                usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans)
+    certificate("admin", key_pair("admin"), subject("admin", "system:masters"), ca,
+                usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    certificate("kcm", key_pair("kcm"), subject("system:kube-controller-manager"), ca,
+                usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    sa_key = key_pair("sa")
+    (folder / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    for path in folder.iterdir():
+        path.chmod(0o600)
+
+
+# --------------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rltrainer_operator.testing.envtest",
+        description="Run a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) "
+        "on 127.0.0.1 until interrupted.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="start it and write an admin kubeconfig")
+    up.add_argument("--kubeconfig", required=True, help="write the admin kubeconfig here")
+    args = parser.parse_args(argv)
+    assets = find_assets()
+    if assets is None:
+        raise SystemExit(MISSING_ASSETS)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with ControlPlane(assets) as plane:
+        target = Path(args.kubeconfig)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(plane.kubeconfig, target)
+        target.chmod(0o600)
+        print(f"Kubernetes API: {plane.url} (kubeconfig {target}, kubectl {plane.kubectl})", flush=True)
+        print("ready; Ctrl-C stops it", flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
