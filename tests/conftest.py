@@ -1,6 +1,33 @@
-"""Settings for the whole suite."""
+"""Settings and fixtures for the whole suite.
+
+``control_plane``: a real Kubernetes control plane (``rltrainer_operator.testing.envtest``:
+etcd, kube-apiserver, kube-controller-manager on 127.0.0.1), started once per session with our
+RLExperiment CRD and KubeRay's RayCluster CRD installed the way users install them
+(``kubectl apply --server-side``). Tests that use it skip, saying how to get the binaries, when
+there are none (``KUBEBUILDER_ASSETS`` unset and no ``../shared/envtest``).
+"""
 
 import os
+from pathlib import Path
+
+import pytest
 
 # Operator timers tick every second in tests (the default is 10 s); read when handlers import.
 os.environ.setdefault("RLTRAINER_OPERATOR_POLL_INTERVAL_S", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+RLX_CRD = ROOT / "crds" / "rltrainer.io_rlexperiments.yaml"
+#: KubeRay v1.7.0's RayCluster CRD, as KubeRay publishes it.
+RAYCLUSTER_CRD = ROOT / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayclusters.yaml"
+
+
+@pytest.fixture(scope="session")
+def control_plane():
+    from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
+
+    assets = find_assets()
+    if assets is None:
+        pytest.skip(MISSING_ASSETS)
+    with ControlPlane(assets) as plane:
+        plane.install_crds(RAYCLUSTER_CRD, RLX_CRD)
+        yield plane

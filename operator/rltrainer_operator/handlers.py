@@ -46,8 +46,8 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # command line, and the RBAC needs no cluster-wide read of namespaces or CRDs.
     settings.scanning.disabled = True
     memo.settings = operator_settings
-    # An api_url in the memo: the in-process runner (testing/runner.py) against a stand-in API.
-    memo.api_client = make_api_client(memo.get("api_url"))
+    # The in-process runner (testing/runner.py) puts its credentials in the memo.
+    memo.api_client = make_api_client(memo.get("api_url"), memo.get("kubeconfig"))
     memo.metrics = Metrics()
     memo.metrics.serve(operator_settings.metrics_port, operator_settings.metrics_host)
     memo.reconciler = Reconciler(Kube(memo.api_client), operator_settings, progress_reader(operator_settings))

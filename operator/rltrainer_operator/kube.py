@@ -34,20 +34,22 @@ RETRY_DELAY_S = 10
 USER_AGENT = f"rltrainer-operator/{__version__}"
 
 
-def make_api_client(host: str | None = None) -> kubernetes.client.ApiClient:
-    """An API client: ``host`` when given (tests, local stand-ins), else in-cluster, else kubeconfig."""
-    if host is not None:
-        client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=host))
-        client.user_agent = USER_AGENT
-        return client
-    configuration = kubernetes.client.Configuration()
-    try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
-    except kubernetes.config.ConfigException:
-        # KUBECONFIG read now: the client reads it once at import, before a caller may set it.
-        kubernetes.config.load_kube_config(
-            config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
-        )
+def make_api_client(host: str | None = None, kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
+    """An API client: ``host`` (an unauthenticated stand-in), else the ``kubeconfig`` file, else
+    in-cluster, else ``$KUBECONFIG`` / ``~/.kube/config``."""
+    configuration = kubernetes.client.Configuration(host=host) if host is not None else None
+    if configuration is None and kubeconfig is not None:
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    if configuration is None:
+        configuration = kubernetes.client.Configuration()
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        except kubernetes.config.ConfigException:
+            # KUBECONFIG read now: the client reads it once at import, before a caller may set it.
+            kubernetes.config.load_kube_config(
+                config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
+            )
     client = kubernetes.client.ApiClient(configuration)
     client.user_agent = USER_AGENT  # tells the operator's requests apart in audit logs
     return client

@@ -86,7 +86,7 @@ def test_lifecycle_through_kopf(kube, kuberay, ray_api, operator):
     ray_api.set(body["status"]["jobId"], "SUCCEEDED")
     body = wait_phase(kube, "Succeeded")
     assert body["status"]["episodeReturnMean"] == 21.5
-    assert kuberay.get(NS, CLUSTER) is None
+    assert kuberay.deleted(NS, CLUSTER)
     reasons = [reason for reason, _ in wait_for("3 events", lambda: len(events(kube)) >= 3 and events(kube))]
     assert reasons[:3] == ["Provisioning", "JobSubmitted", "JobSucceeded"]
     metrics = operator.memo.metrics
@@ -103,7 +103,7 @@ def test_delete_runs_the_finalizer(kube, kuberay, ray_api):
     job = wait_phase(kube, "Running")["status"]["jobId"]
     kube.client.delete_namespaced_custom_object("rltrainer.io", "v1alpha1", NS, "rlexperiments", NAME)
     wait_for("the experiment to be gone", lambda: phase(kube) is None)
-    assert kuberay.get(NS, CLUSTER) is None
+    assert kuberay.deleted(NS, CLUSTER)
     assert ray_api.stopped == [job]
 
 
@@ -129,7 +129,7 @@ def test_spec_update_suspends_and_resumes(kube, kuberay, ray_api):
     wait_phase(kube, "Running")
     patch_spec(kube, {"suspend": True})
     wait_phase(kube, "Suspended")
-    assert kuberay.get(NS, CLUSTER) is None and len(ray_api.stopped) == 1
+    assert kuberay.deleted(NS, CLUSTER) and len(ray_api.stopped) == 1
     patch_spec(kube, {"suspend": False})
     wait_for("a new RayCluster", lambda: kuberay.get(NS, CLUSTER))
     kuberay.ready(NS, CLUSTER)

@@ -10,14 +10,14 @@ import datetime
 from typing import Any
 
 import pytest
-from conftest import MERGE, apply, experiment_manifest, get_experiment, patch_spec
+from conftest import MERGE, apply, wait_for, experiment_manifest, get_experiment, patch_spec
 
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.kube import Kube, make_api_client
 from rltrainer_operator.reconciler import Reconciler
 from rltrainer_operator.settings import Settings
 
-NS, NAME = "ml", "cartpole"
+NAME = "cartpole"
 CLUSTER = raycluster_name(NAME)
 
 
@@ -40,7 +40,8 @@ class Operator:
         self.clock = Clock()
         self.progress: dict[tuple[str, str], dict[str, Any]] = {}
         self.settings = Settings(**{"provision_timeout_s": 60.0, "backoff_base_s": 10.0, **settings})
-        self.api_client = make_api_client(kube.url)
+        self.ns = kube.ns
+        self.api_client = make_api_client(kubeconfig=kube.kubeconfig)
         self.reconciler = Reconciler(
             Kube(self.api_client),
             self.settings,
@@ -55,7 +56,7 @@ class Operator:
             self.kube.client.patch_namespaced_custom_object_status(
                 "rltrainer.io",
                 "v1alpha1",
-                NS,
+                self.ns,
                 "rlexperiments",
                 name,
                 {"status": outcome.status},
@@ -67,6 +68,11 @@ class Operator:
 
     def close(self) -> None:
         self.api_client.close()
+
+
+@pytest.fixture
+def ns(kube):
+    return kube.ns
 
 
 @pytest.fixture
@@ -84,27 +90,27 @@ def start_running(op, kuberay, **spec: Any) -> dict[str, Any]:
     apply(op.kube, experiment_manifest(**spec))
     status = op.step()
     assert status["phase"] == "Provisioning"
-    kuberay.ready(NS, CLUSTER)
+    kuberay.ready(op.ns, CLUSTER)
     status = op.step()
     assert status["phase"] == "Running", status
     return status
 
 
-def test_provisions_runs_and_succeeds(op, kube, kuberay, ray_api):
+def test_provisions_runs_and_succeeds(ns, op, kube, kuberay, ray_api):
     apply(kube, experiment_manifest(config={"train_batch_size": 256}, rollouts={"replicas": 2}))
     status = op.step()
     assert status["phase"] == "Provisioning"
     assert status["rayClusterName"] == CLUSTER and status["startTime"]
     assert condition(status, "Provisioned")["status"] == "Unknown"
-    cluster = kuberay.get(NS, CLUSTER)
+    cluster = kuberay.get(ns, CLUSTER)
     owner = cluster["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "RLExperiment" and owner["uid"] == get_experiment(kube)["metadata"]["uid"]
     assert cluster["metadata"]["annotations"]["ray.io/disable-provisioned-head-restart"] == "true"
 
     assert op.step()["phase"] == "Provisioning"  # not ready yet: nothing new
-    assert op.last_outcome.status is None and len(kuberay.list(NS)) == 1
+    assert op.last_outcome.status is None and len(kuberay.list(ns)) == 1
 
-    kuberay.ready(NS, CLUSTER)
+    kuberay.ready(ns, CLUSTER)
     status = op.step()
     assert status["phase"] == "Running"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
@@ -121,11 +127,11 @@ def test_provisions_runs_and_succeeds(op, kube, kuberay, ray_api):
     assert submitted["submission_id"] == status["jobId"]
     entrypoint = submitted["entrypoint"]
     assert entrypoint.startswith("rltrainer train --algo PPO --env CartPole-v1")
-    assert "--storage-path s3://checkpoints/rl/ml --name cartpole" in entrypoint
+    assert f"--storage-path s3://checkpoints/rl/{ns} --name cartpole" in entrypoint
     assert "--resume" in entrypoint and "--resume-from" not in entrypoint
     assert '"num_env_runners":2' in entrypoint and '"train_batch_size":256' in entrypoint
 
-    op.progress[(NS, NAME)] = {
+    op.progress[(ns, NAME)] = {
         "iteration": 3,
         "timesteps": 12000,
         "episode_return_mean": 87.5,
@@ -140,16 +146,16 @@ def test_provisions_runs_and_succeeds(op, kube, kuberay, ray_api):
     assert status["phase"] == "Succeeded" and status["completionTime"]
     assert condition(status, "Succeeded")["status"] == "True"
     assert condition(status, "Ready")["status"] == "False"
-    assert kuberay.get(NS, CLUSTER) is None  # shutdownAfterFinish
+    assert kuberay.deleted(ns, CLUSTER)  # shutdownAfterFinish
     assert [reason for reason, _ in op.events] == ["Provisioning", "JobSubmitted", "JobSucceeded"]
     assert op.step()["phase"] == "Succeeded" and op.last_outcome.status is None
 
 
-def test_failed_job_restarts_from_the_newest_checkpoint(op, kuberay, ray_api):
+def test_failed_job_restarts_from_the_newest_checkpoint(ns, op, kuberay, ray_api):
     status = start_running(op, kuberay)
-    cluster_uid = kuberay.get(NS, CLUSTER)["metadata"]["uid"]
+    cluster_uid = kuberay.get(ns, CLUSTER)["metadata"]["uid"]
     newest = "s3://checkpoints/rl/ml/cartpole/trial/checkpoint_000007"
-    op.progress[(NS, NAME)] = {"iteration": 7, "last_checkpoint": newest}
+    op.progress[(ns, NAME)] = {"iteration": 7, "last_checkpoint": newest}
     ray_api.set(status["jobId"], "FAILED", "Traceback ...\nRuntimeError: NaN in loss")
     status = op.step()
     assert status["phase"] == "Restarting" and status["restarts"] == 1
@@ -161,7 +167,7 @@ def test_failed_job_restarts_from_the_newest_checkpoint(op, kuberay, ray_api):
     op.clock.advance(10)
     status = op.step()
     assert status["phase"] == "Running" and status["restarts"] == 1
-    assert kuberay.get(NS, CLUSTER)["metadata"]["uid"] == cluster_uid  # the healthy cluster is reused
+    assert kuberay.get(ns, CLUSTER)["metadata"]["uid"] == cluster_uid  # the healthy cluster is reused
     first, second = ray_api.submissions
     assert first["submission_id"] != second["submission_id"] == status["jobId"]
     assert f"--resume --checkpoint-at-end --resume-from {newest}" in second["entrypoint"]
@@ -170,7 +176,7 @@ def test_failed_job_restarts_from_the_newest_checkpoint(op, kuberay, ray_api):
     assert op.step()["phase"] == "Succeeded"
 
 
-def test_backoff_limit_exhausted_fails(op, kuberay, ray_api):
+def test_backoff_limit_exhausted_fails(ns, op, kuberay, ray_api):
     status = start_running(op, kuberay, faultTolerance={"backoffLimit": 1})
     ray_api.set(status["jobId"], "FAILED", "boom")
     assert op.step()["phase"] == "Restarting"
@@ -183,7 +189,7 @@ def test_backoff_limit_exhausted_fails(op, kuberay, ray_api):
     failed = condition(status, "Failed")
     assert failed["status"] == "True" and failed["reason"] == "BackoffLimitExceeded"
     assert "boom again" in failed["message"]
-    assert kuberay.get(NS, CLUSTER) is None and status["completionTime"]
+    assert kuberay.deleted(ns, CLUSTER) and status["completionTime"]
     op.clock.advance(3600)
     assert op.step()["phase"] == "Failed" and op.last_outcome.status is None  # no retry loop
 
@@ -206,10 +212,10 @@ def test_backoff_doubles_and_is_capped(kube, kuberay, ray_api):
         op.close()
 
 
-def test_stuck_provisioning_restarts_then_fails(op, kube, kuberay):
+def test_stuck_provisioning_restarts_then_fails(ns, op, kube, kuberay):
     apply(kube, experiment_manifest(faultTolerance={"backoffLimit": 1}))
     assert op.step()["phase"] == "Provisioning"
-    first_uid = kuberay.get(NS, CLUSTER)["metadata"]["uid"]
+    first_uid = kuberay.get(ns, CLUSTER)["metadata"]["uid"]
     op.clock.advance(30)
     assert op.step()["phase"] == "Provisioning"
     op.clock.advance(31)
@@ -217,11 +223,12 @@ def test_stuck_provisioning_restarts_then_fails(op, kube, kuberay):
     assert (
         status["phase"] == "Restarting" and condition(status, "Restarting")["reason"] == "ProvisioningTimeout"
     )
-    assert kuberay.get(NS, CLUSTER) is None  # the stuck cluster is deleted
+    assert kuberay.deleted(ns, CLUSTER)  # the stuck cluster is deleted
+    assert kuberay.deleted(ns, CLUSTER, wait_s=30)  # ... and the garbage collector let it go
     op.clock.advance(10)
     status = op.step()
     assert status["phase"] == "Provisioning"
-    assert kuberay.get(NS, CLUSTER)["metadata"]["uid"] != first_uid  # a fresh cluster
+    assert kuberay.get(ns, CLUSTER)["metadata"]["uid"] != first_uid  # a fresh cluster
     op.clock.advance(61)
     status = op.step()
     assert status["phase"] == "Failed"
@@ -229,48 +236,50 @@ def test_stuck_provisioning_restarts_then_fails(op, kube, kuberay):
     assert "not ready after" in condition(status, "Failed")["message"]
 
 
-def test_lost_head_recreates_the_cluster_and_resumes(op, kuberay, ray_api):
+def test_lost_head_recreates_the_cluster_and_resumes(ns, op, kuberay, ray_api):
     start_running(op, kuberay)
     newest = "s3://checkpoints/rl/ml/cartpole/trial/checkpoint_000004"
-    op.progress[(NS, NAME)] = {"iteration": 4, "last_checkpoint": newest}
-    kuberay.lose_head(NS, CLUSTER)
+    op.progress[(ns, NAME)] = {"iteration": 4, "last_checkpoint": newest}
+    kuberay.lose_head(ns, CLUSTER)
     status = op.step()
     assert status["phase"] == "Restarting" and condition(status, "Restarting")["reason"] == "ClusterLost"
-    assert kuberay.get(NS, CLUSTER) is None
+    assert kuberay.deleted(ns, CLUSTER)
+    assert kuberay.deleted(ns, CLUSTER, wait_s=30)
     op.clock.advance(10)
     assert op.step()["phase"] == "Provisioning"
-    kuberay.ready(NS, CLUSTER)
+    kuberay.ready(ns, CLUSTER)
     ray_api.forget_all()
     status = op.step()
     assert status["phase"] == "Running" and status["restarts"] == 1
     assert ray_api.submissions[-1]["entrypoint"].endswith(f"--resume-from {newest}")
 
 
-def test_suspend_stops_everything_and_resume_continues(op, kube, kuberay, ray_api):
+def test_suspend_stops_everything_and_resume_continues(ns, op, kube, kuberay, ray_api):
     status = start_running(op, kuberay)
     job = status["jobId"]
     patch_spec(kube, {"suspend": True})
     status = op.step()
     assert status["phase"] == "Suspended" and condition(status, "Suspended")["status"] == "True"
-    assert ray_api.stopped == [job] and kuberay.get(NS, CLUSTER) is None
+    assert ray_api.stopped == [job] and kuberay.deleted(ns, CLUSTER)
     assert status["observedGeneration"] == 2
     op.clock.advance(3600)
     assert op.step()["phase"] == "Suspended"
+    assert kuberay.deleted(ns, CLUSTER, wait_s=30)
 
     patch_spec(kube, {"suspend": False})
     status = op.step()
     assert status["phase"] == "Provisioning" and status["restarts"] == 0
     assert condition(status, "Suspended")["status"] == "False"
-    kuberay.ready(NS, CLUSTER)
+    kuberay.ready(ns, CLUSTER)
     assert op.step()["phase"] == "Running"
 
 
-def test_scaling_rollouts_updates_the_cluster_live(op, kube, kuberay, ray_api):
+def test_scaling_rollouts_updates_the_cluster_live(ns, op, kube, kuberay, ray_api):
     status = start_running(op, kuberay)
     old_job = status["jobId"]
     patch_spec(kube, {"rollouts": {"replicas": 4}})
     status = op.step()
-    groups = {g["groupName"]: g for g in kuberay.get(NS, CLUSTER)["spec"]["workerGroupSpecs"]}
+    groups = {g["groupName"]: g for g in kuberay.get(ns, CLUSTER)["spec"]["workerGroupSpecs"]}
     assert groups["rollouts"]["replicas"] == groups["rollouts"]["maxReplicas"] == 4
     assert groups["learners"]["replicas"] == 1
     assert status["phase"] == "Running" and status["restarts"] == 0
@@ -279,21 +288,21 @@ def test_scaling_rollouts_updates_the_cluster_live(op, kube, kuberay, ray_api):
     assert ("Rescaled", "rollouts scaled from 2 to 4 replicas") in op.events
 
 
-def test_deadline_exceeded_fails(op, kuberay, ray_api):
+def test_deadline_exceeded_fails(ns, op, kuberay, ray_api):
     status = start_running(op, kuberay, activeDeadlineSeconds=100)
     op.clock.advance(101)
     status = op.step()
     assert status["phase"] == "Failed" and condition(status, "Failed")["reason"] == "DeadlineExceeded"
-    assert ray_api.stopped and kuberay.get(NS, CLUSTER) is None
+    assert ray_api.stopped and kuberay.deleted(ns, CLUSTER)
 
 
-def test_invalid_spec_fails_once_and_recovers_when_fixed(op, kube, kuberay):
+def test_invalid_spec_fails_once_and_recovers_when_fixed(ns, op, kube, kuberay):
     apply(kube, experiment_manifest(config={"train_batch_sise": 256}))
     status = op.step()
     assert status["phase"] == "Failed"
     failed = condition(status, "Failed")
     assert failed["reason"] == "InvalidSpec" and "train_batch_sise" in failed["message"]
-    assert kuberay.list(NS) == []
+    assert kuberay.list(ns) == []
     assert op.step()["phase"] == "Failed" and op.last_outcome.status is None
     assert len(op.events) == 1  # no retry loop, no event storm
 
@@ -302,7 +311,7 @@ def test_invalid_spec_fails_once_and_recovers_when_fixed(op, kube, kuberay):
     assert status["phase"] == "Provisioning" and status["observedGeneration"] == 2
 
 
-def test_ttl_after_finished_deletes_the_experiment(op, kube, kuberay, ray_api):
+def test_ttl_after_finished_deletes_the_experiment(ns, op, kube, kuberay, ray_api):
     status = start_running(op, kuberay, ttlSecondsAfterFinished=30)
     ray_api.set(status["jobId"], "SUCCEEDED")
     assert op.step()["phase"] == "Succeeded"
@@ -312,37 +321,45 @@ def test_ttl_after_finished_deletes_the_experiment(op, kube, kuberay, ray_api):
     op.clock.advance(2)
     op.step()
     assert op.last_outcome.deleted
-    assert (
-        kube.client.list_namespaced_custom_object("rltrainer.io", "v1alpha1", NS, "rlexperiments")["items"]
-        == []
+    [experiment] = kube.client.list_namespaced_custom_object("rltrainer.io", "v1alpha1", ns, "rlexperiments")[
+        "items"
+    ]
+    assert experiment["metadata"]["deletionTimestamp"]  # foreground: the garbage collector finishes it
+    assert wait_for(
+        "the experiment gone",
+        lambda: (
+            not kube.client.list_namespaced_custom_object("rltrainer.io", "v1alpha1", ns, "rlexperiments")[
+                "items"
+            ]
+        ),
     )
 
 
-def test_finalize_stops_the_job_and_deletes_the_cluster(op, kube, kuberay, ray_api):
+def test_finalize_stops_the_job_and_deletes_the_cluster(ns, op, kube, kuberay, ray_api):
     status = start_running(op, kuberay)
     op.reconciler.finalize(get_experiment(kube))
-    assert ray_api.stopped == [status["jobId"]] and kuberay.get(NS, CLUSTER) is None
+    assert ray_api.stopped == [status["jobId"]] and kuberay.deleted(ns, CLUSTER)
 
 
-def test_stale_reads_create_nothing_twice(op, kube, kuberay, ray_api):
+def test_stale_reads_create_nothing_twice(ns, op, kube, kuberay, ray_api):
     """An operator restarted between acting and writing status repeats the step harmlessly."""
     apply(kube, experiment_manifest())
     op.step(write_status=False)
     op.step(write_status=False)
-    assert len(kuberay.list(NS)) == 1
+    assert len(kuberay.list(ns)) == 1
     op.step()
-    kuberay.ready(NS, CLUSTER)
+    kuberay.ready(ns, CLUSTER)
     op.step(write_status=False)
     status = op.step()
     assert status["phase"] == "Running" and len(ray_api.submissions) == 1
 
 
-def test_kueue_queue_label_reaches_the_raycluster(op, kube, kuberay):
+def test_kueue_queue_label_reaches_the_raycluster(ns, op, kube, kuberay):
     manifest = experiment_manifest()
     manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu-queue"}
     apply(kube, manifest)
     op.step()
-    assert kuberay.get(NS, CLUSTER)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert kuberay.get(ns, CLUSTER)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
 
 
 def test_every_generation_is_observed_even_without_a_transition(op, kube, kuberay, ray_api):
@@ -353,25 +370,23 @@ def test_every_generation_is_observed_even_without_a_transition(op, kube, kubera
     assert len(ray_api.submissions) == 1  # the running driver is left alone
 
 
-def test_a_deleted_namesakes_cluster_is_not_adopted(op, kube, kuberay):
+def test_a_cluster_owned_by_another_is_not_adopted(ns, op, kube, kuberay):
+    """A RayCluster of the experiment's name that another object owns (e.g. a deleted namesake's
+    that the garbage collector has yet to remove) is never used."""
     apply(kube, experiment_manifest())
     op.step()
-    # The cluster of an older experiment of the same name, not yet garbage-collected:
-    kube.call(
-        lambda: kube.api.objects[("ray.io/v1/rayclusters", NS, CLUSTER)].patch(
-            {
-                "metadata": {
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "rltrainer.io/v1alpha1",
-                            "kind": "RLExperiment",
-                            "name": NAME,
-                            "uid": "an-older-uid",
-                        }
-                    ]
-                }
-            }
-        )
+    # The real garbage collector removes a cluster whose owner is gone within moments, so the
+    # stranger here is an owner that exists.
+    stranger = kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "stranger"}})
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "stranger", "uid": stranger.metadata.uid}
+    kube.client.patch_namespaced_custom_object(
+        "ray.io",
+        "v1",
+        ns,
+        "rayclusters",
+        CLUSTER,
+        {"metadata": {"ownerReferences": [owner]}},
+        _content_type=MERGE,
     )
-    kuberay.ready(NS, CLUSTER)
+    kuberay.ready(ns, CLUSTER)
     assert op.step()["phase"] == "Provisioning"  # waits instead of submitting to a stranger's cluster

@@ -149,7 +149,10 @@ class ControlPlane:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
         try:
             proc = subprocess.Popen(
-                [str(self.assets / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                [str(self.assets / name), *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         finally:
             log.close()
@@ -160,7 +163,9 @@ class ControlPlane:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._procs[name].poll() is not None:
-                raise ControlPlaneError(f"{name} exited ({self._procs[name].returncode}):\n{self.log_tail(name)}")
+                raise ControlPlaneError(
+                    f"{name} exited ({self._procs[name].returncode}):\n{self.log_tail(name)}"
+                )
             if ready():
                 return
             time.sleep(0.2)
@@ -297,13 +302,23 @@ class ControlPlane:
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path | None = None) -> Path:
         """A kubeconfig acting as ``system:serviceaccount:<namespace>:<name>`` (a real bound token,
         valid for a day). The service account must exist."""
-        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}}
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 86400},
+        }
         answer = self.kubectl_json(
-            "create", "--raw", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", "-f", "-",
+            "create",
+            "--raw",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            "-f",
+            "-",
             stdin=json.dumps(request),
         )
         path = path or self.root / f"sa-{namespace}-{name}.kubeconfig"
-        return self._write_kubeconfig(path, f"system:serviceaccount:{namespace}:{name}", token=answer["status"]["token"])
+        return self._write_kubeconfig(
+            path, f"system:serviceaccount:{namespace}:{name}", token=answer["status"]["token"]
+        )
 
     # ------------------------------------------------------------------------------------- helpers
 
@@ -320,8 +335,34 @@ class ControlPlane:
             check=False,
         )
         if check and done.returncode != 0:
-            raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+            raise ControlPlaneError(
+                f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}"
+            )
         return done
+
+    def install_crds(self, *paths: Path, timeout_s: float = 60.0) -> None:
+        """``kubectl apply --server-side`` the CRD files, then wait until each is Established."""
+        args = [arg for path in paths for arg in ("-f", str(path))]
+        self.kubectl_run("apply", "--server-side", *args)
+        names = [
+            doc["metadata"]["name"]
+            for path in paths
+            for doc in yaml.safe_load_all(Path(path).read_text())
+            if doc
+        ]
+        deadline = time.monotonic() + timeout_s
+        while names:
+            crds = self.kubectl_json("get", "crd", *names, "-o", "json")["items"]
+            established = {
+                crd["metadata"]["name"]
+                for crd in crds
+                for c in (crd.get("status") or {}).get("conditions") or []
+                if c["type"] == "Established" and c["status"] == "True"
+            }
+            names = [name for name in names if name not in established]
+            if names and time.monotonic() > deadline:
+                raise ControlPlaneError(f"CRDs not Established after {timeout_s:.0f}s: {names}")
+            time.sleep(0.1 if names else 0)
 
     def kubectl_json(self, *args: str, stdin: str | None = None) -> Any:
         return json.loads(self.kubectl_run(*args, stdin=stdin).stdout)
@@ -383,7 +424,9 @@ def _write_pki(folder: Path) -> None:
             parts.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
         return x509.Name(parts)
 
-    def certificate(name: str, key: Any, subject_name: x509.Name, issuer: tuple[x509.Name, Any] | None, **ext: Any):
+    def certificate(
+        name: str, key: Any, subject_name: x509.Name, issuer: tuple[x509.Name, Any] | None, **ext: Any
+    ):
         builder = (
             x509.CertificateBuilder()
             .subject_name(subject_name)
@@ -401,9 +444,15 @@ def _write_pki(folder: Path) -> None:
         if issuer is None:
             builder = builder.add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                    encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -420,12 +469,28 @@ def _write_pki(folder: Path) -> None:
         x509.DNSName("localhost"),
         x509.DNSName("kubernetes.default.svc"),
     ]
-    certificate("apiserver", key_pair("apiserver"), subject("kube-apiserver"), ca,
-                usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans)
-    certificate("admin", key_pair("admin"), subject("admin", "system:masters"), ca,
-                usage=ExtendedKeyUsageOID.CLIENT_AUTH)
-    certificate("kcm", key_pair("kcm"), subject("system:kube-controller-manager"), ca,
-                usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    certificate(
+        "apiserver",
+        key_pair("apiserver"),
+        subject("kube-apiserver"),
+        ca,
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        sans=sans,
+    )
+    certificate(
+        "admin",
+        key_pair("admin"),
+        subject("admin", "system:masters"),
+        ca,
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
+    certificate(
+        "kcm",
+        key_pair("kcm"),
+        subject("system:kube-controller-manager"),
+        ca,
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
     sa_key = key_pair("sa")
     (folder / "sa.pub").write_bytes(
         sa_key.public_key().public_bytes(

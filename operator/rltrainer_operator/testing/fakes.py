@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -113,6 +114,19 @@ class FakeKubeRay:
             if err.status == 404:
                 return None
             raise
+
+    def deleted(self, namespace: str, name: str, wait_s: float = 0.0) -> bool:
+        """Gone, or being deleted: a foreground deletion keeps the object (with a
+        ``deletionTimestamp``) until the garbage collector has removed its dependents.
+        ``wait_s``: wait that long for it to be gone altogether."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            cluster = self.get(namespace, name)
+            if cluster is None or (not wait_s and cluster["metadata"].get("deletionTimestamp")):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def list(self, namespace: str) -> list[dict[str, Any]]:
         return self.client.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")["items"]

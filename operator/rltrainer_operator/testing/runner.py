@@ -1,12 +1,13 @@
-"""Run the operator in a background thread of this process, against any API server URL.
+"""Run the operator in a background thread of this process, against any API server.
 
-For tests and for trying the operator on a laptop against the API stand-in (``kapi``): the
-real kopf runtime with the real handlers, logged in to ``api_url`` without credentials. The
-``memo`` is shared, so a test can reach the reconciler (``runner.memo.reconciler``).
+For tests: the real kopf runtime with the real handlers, logged in with a ``kubeconfig`` file
+(a real API server: ``testing/envtest.py``; any identity, e.g. the chart's service account) or,
+for the API stand-in (``kapi``), to an ``api_url`` without credentials. The ``memo`` is shared,
+so a test can reach the reconciler (``runner.memo.reconciler``).
 
 Importing this module registers a kopf login handler that only acts for operators started
-here (it reads ``memo.api_url``); a production ``kopf run -m rltrainer_operator.handlers``
-never imports it.
+here (it reads ``memo.kubeconfig`` / ``memo.api_url``); a production ``kopf run -m
+rltrainer_operator`` never imports it.
 """
 
 from __future__ import annotations
@@ -17,33 +18,54 @@ import threading
 from typing import Any
 
 import kopf
+import kubernetes
 
 import rltrainer_operator.handlers  # noqa: F401 - registers the handlers
 from rltrainer_operator.settings import Settings
 
 
 @kopf.on.login()
-def login_to_stand_in(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
+def login_for_tests(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
+    """The runner's own credentials; None (kopf's other login handlers) for a production operator."""
+    if memo.get("kubeconfig"):
+        return connection_info(memo.kubeconfig)
     url = memo.get("api_url")
     return kopf.ConnectionInfo(server=url, scheme="Bearer", token="stand-in") if url else None
 
 
-class OperatorRunner:
-    """``with OperatorRunner(url, namespaces=["ml"]) as op:`` runs the operator until the block ends.
+def connection_info(kubeconfig: str) -> kopf.ConnectionInfo:
+    """kopf's credentials from a kubeconfig file (client certificate or bearer token)."""
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    token = (configuration.api_key or {}).get("authorization", "")
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        scheme="Bearer" if token else None,
+        token=token.removeprefix("Bearer ") or None,
+    )
 
-    ``namespaces=None`` watches every namespace (cluster-wide).
-    """
+
+class OperatorRunner:
+    """``with OperatorRunner(kubeconfig="...", namespaces=["ml"]) as op:`` runs the operator until
+    the block ends. ``namespaces=None`` watches every namespace (cluster-wide)."""
 
     def __init__(
         self,
-        api_url: str,
+        api_url: str | None = None,
         namespaces: list[str] | None = None,
         settings: Settings | None = None,
         timeout_s: float = 30,
+        kubeconfig: str | None = None,
     ) -> None:
+        if (api_url is None) == (kubeconfig is None):
+            raise ValueError("give either api_url (a stand-in) or kubeconfig")
         # Metrics off unless asked for: several runners may share a machine (and its ports).
         settings = settings or dataclasses.replace(Settings.from_env(), metrics_port=0)
-        self.memo = kopf.Memo(api_url=api_url, settings=settings)
+        kubeconfig = str(kubeconfig) if kubeconfig is not None else None
+        self.memo = kopf.Memo(api_url=api_url, kubeconfig=kubeconfig, settings=settings)
         self.namespaces = namespaces
         self.timeout_s = timeout_s
         self._stop = threading.Event()
