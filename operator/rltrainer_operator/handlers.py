@@ -1,7 +1,7 @@
 """Kopf handlers: thin wrappers that hand the body to the reconciler and write what it decides.
 
-Run with ``kopf run --standalone -m rltrainer_operator.handlers --all-namespaces`` (or
-``--namespace=NS`` per namespace). Create, resume (operator start), spec updates and a timer
+Run with ``kopf run --standalone -m rltrainer_operator --all-namespaces`` (or ``--namespace=NS``
+per namespace); importing the package registers these handlers. Create, resume (operator start), spec updates and a timer
 all run the same level-triggered ``Reconciler.reconcile``; a per-object lock keeps a timer tick
 and an event handler from reconciling one experiment at the same time.
 """
@@ -31,8 +31,21 @@ FINALIZER = "rltrainer.io/finalizer"
 POLL_INTERVAL_S = Settings.from_env().poll_interval_s
 
 
+#: Longest wait between two checks for the CRDs at startup.
+CRD_RETRY_MAX_S = 60
+
+
 @kopf.on.startup()
-def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    # The in-process runner (testing/runner.py) puts its credentials in the memo.
+    if memo.get("api_client") is None:
+        memo.api_client = make_api_client(memo.get("api_url"), memo.get("kubeconfig"))
+    # Resources are discovered once, after startup (no CRD watching: see scanning below): wait
+    # here until both CRDs are served, retrying with backoff, one log line per try.
+    missing = Kube(memo.api_client).missing_resources()
+    if missing:
+        delay = min(2 ** min(retry, 6), CRD_RETRY_MAX_S)
+        raise kopf.TemporaryError(f"not installed: {'; '.join(missing)}; retrying in {delay}s", delay=delay)
     # Settings in the memo: the in-process runner (testing/runner.py); else the environment.
     operator_settings = memo.get("settings") or Settings.from_env()
     settings.persistence.finalizer = FINALIZER
@@ -46,8 +59,6 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # command line, and the RBAC needs no cluster-wide read of namespaces or CRDs.
     settings.scanning.disabled = True
     memo.settings = operator_settings
-    # The in-process runner (testing/runner.py) puts its credentials in the memo.
-    memo.api_client = make_api_client(memo.get("api_url"), memo.get("kubeconfig"))
     memo.metrics = Metrics()
     memo.metrics.serve(operator_settings.metrics_port, operator_settings.metrics_host)
     memo.reconciler = Reconciler(Kube(memo.api_client), operator_settings, progress_reader(operator_settings))
@@ -57,8 +68,10 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    memo.metrics.close()
-    memo.api_client.close()
+    # Startup may have stopped early (the CRDs were never installed): close what exists.
+    for name in ("metrics", "api_client"):
+        if memo.get(name) is not None:
+            memo[name].close()
 
 
 @kopf.on.probe(id="experiments")

@@ -60,12 +60,36 @@ def _temporary(action: str, err: Exception) -> kopf.TemporaryError:
     return kopf.TemporaryError(f"{action} failed: {reason}", delay=RETRY_DELAY_S)
 
 
+#: What the operator needs the API to serve: (group, version, plural, how to install it).
+REQUIRED_RESOURCES = (
+    (GROUP, VERSION, PLURAL, "kubectl apply --server-side -f crds/, or install the Helm chart"),
+    (RAY_GROUP, RAY_VERSION, RAY_PLURAL, "install KubeRay 1.5.1 or newer"),
+)
+
+
 class Kube:
     """RayClusters and RLExperiments, with idempotent create/delete."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         self.api_client = api_client
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
+
+    def missing_resources(self) -> list[str]:
+        """The required resources the API server does not serve (a CRD not installed), each as
+        ``plural.group/version (how to install it)``. Discovery, which every identity may read."""
+        missing = []
+        for group, version, plural, remedy in REQUIRED_RESOURCES:
+            try:
+                served = self.custom.get_api_resources(group, version, _request_timeout=10).resources
+            except ApiException as err:
+                if err.status != 404:
+                    raise _temporary(f"discover {group}/{version}", err) from None
+                served = []
+            except TRANSPORT_ERRORS as err:
+                raise _temporary(f"discover {group}/{version}", err) from None
+            if plural not in {resource.name for resource in served or []}:
+                missing.append(f"{plural}.{group}/{version} ({remedy})")
+        return missing
 
     # --- RayClusters -----------------------------------------------------------------------
     def get_raycluster(self, namespace: str, name: str) -> dict[str, Any] | None:

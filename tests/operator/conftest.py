@@ -44,7 +44,7 @@ class Kube:
     def events(self, namespace: str | None = None) -> list[tuple[str, str]]:
         """(reason, message) of the Events in the namespace, oldest first."""
         items = self.core.list_namespaced_event(namespace or self.ns).items
-        items.sort(key=lambda e: (e.metadata.creation_timestamp, e.metadata.name))
+        items.sort(key=lambda e: int(e.metadata.resource_version))  # etcd's revision: creation order
         return [(e.reason, e.message) for e in items]
 
     def requests(self, since: float = 0.0, **match: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The real kopf runtime with our handlers, against the API stand-in (kmock + testing/kapi.py).
+"""The real kopf runtime with our handlers, against the real API server (``testing/envtest.py``).
 
 What the reconciler tests cannot show: that kopf calls the handlers on create, spec updates,
 timers and deletion; that status, finalizers and events reach the API; that a restarted
@@ -8,28 +8,17 @@ operator picks up where the last one stopped without creating anything twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import apply, experiment_manifest, get_experiment, patch_spec
+from conftest import apply, experiment_manifest, get_experiment, patch_spec, wait_for
 
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.handlers import FINALIZER
 from rltrainer_operator.testing.runner import OperatorRunner
 
-NS, NAME = "ml", "cartpole"
+NAME = "cartpole"
 CLUSTER = raycluster_name(NAME)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def phase(kube: Any, name: str = NAME) -> str | None:
@@ -44,32 +33,27 @@ def wait_phase(kube: Any, wanted: str, name: str = NAME, timeout_s: float = 60) 
     return get_experiment(kube, name)
 
 
-def start(kube: Any, **kwargs: Any) -> OperatorRunner:
-    runner = OperatorRunner(kube.url, **kwargs).start()
+def start(kube: Any, kubeconfig: str | None = None, **kwargs: Any) -> OperatorRunner:
+    kwargs.setdefault("namespaces", [kube.ns])
+    runner = OperatorRunner(kubeconfig=kubeconfig or kube.kubeconfig, **kwargs).start()
     runner.memo.reconciler.read_progress = lambda _spec, _ns, _name: runner.memo.get("progress")
     return runner
 
 
 def events(kube: Any) -> list[tuple[str, str]]:
-    items = kube.call(
-        lambda: [
-            obj.raw for key, obj in kube.api.objects.items() if key[0] == "v1/events" and not obj.deleted
-        ]
-    )
-    return [(item.get("reason"), item.get("message")) for item in items]
+    return kube.events()
 
 
-def requests_to(kube: Any, method: str, resource: str) -> int:
+def creates(kube: Any, resource: str) -> int:
+    """Successful creates of ``resource`` in the test's namespace (the API server's audit log)."""
     return sum(
-        1
-        for request in kube.api.requests
-        if request.method == method and request.resource is not None and request.resource.plural == resource
+        1 for e in kube.requests(verb="create", resource=resource) if e["responseStatus"]["code"] == 201
     )
 
 
 @pytest.fixture
 def operator(kube):
-    runner = start(kube, namespaces=[NS])
+    runner = start(kube)
     yield runner
     runner.stop()
 
@@ -78,15 +62,15 @@ def test_lifecycle_through_kopf(kube, kuberay, ray_api, operator):
     apply(kube, experiment_manifest())
     body = wait_phase(kube, "Provisioning")
     assert FINALIZER in body["metadata"]["finalizers"]
-    wait_for("the RayCluster", lambda: kuberay.get(NS, CLUSTER))
-    kuberay.ready(NS, CLUSTER)
+    wait_for("the RayCluster", lambda: kuberay.get(kube.ns, CLUSTER))
+    kuberay.ready(kube.ns, CLUSTER)
     body = wait_phase(kube, "Running")
     operator.memo.progress = {"iteration": 2, "timesteps": 800, "episode_return_mean": 21.5}
     wait_for("progress in status", lambda: get_experiment(kube)["status"].get("iteration") == 2)
     ray_api.set(body["status"]["jobId"], "SUCCEEDED")
     body = wait_phase(kube, "Succeeded")
     assert body["status"]["episodeReturnMean"] == 21.5
-    assert kuberay.deleted(NS, CLUSTER)
+    assert kuberay.deleted(kube.ns, CLUSTER)
     reasons = [reason for reason, _ in wait_for("3 events", lambda: len(events(kube)) >= 3 and events(kube))]
     assert reasons[:3] == ["Provisioning", "JobSubmitted", "JobSucceeded"]
     metrics = operator.memo.metrics
@@ -98,12 +82,12 @@ def test_lifecycle_through_kopf(kube, kuberay, ray_api, operator):
 @pytest.mark.usefixtures("operator")
 def test_delete_runs_the_finalizer(kube, kuberay, ray_api):
     apply(kube, experiment_manifest())
-    wait_for("the RayCluster", lambda: kuberay.get(NS, CLUSTER))
-    kuberay.ready(NS, CLUSTER)
+    wait_for("the RayCluster", lambda: kuberay.get(kube.ns, CLUSTER))
+    kuberay.ready(kube.ns, CLUSTER)
     job = wait_phase(kube, "Running")["status"]["jobId"]
-    kube.client.delete_namespaced_custom_object("rltrainer.io", "v1alpha1", NS, "rlexperiments", NAME)
+    kube.client.delete_namespaced_custom_object("rltrainer.io", "v1alpha1", kube.ns, "rlexperiments", NAME)
     wait_for("the experiment to be gone", lambda: phase(kube) is None)
-    assert kuberay.deleted(NS, CLUSTER)
+    assert kuberay.deleted(kube.ns, CLUSTER)
     assert ray_api.stopped == [job]
 
 
@@ -118,46 +102,46 @@ def test_invalid_spec_fails_without_a_retry_loop(kube, kuberay):
     )
     time.sleep(2.5)  # a few timer ticks
     assert [reason for reason, _ in events(kube)] == ["InvalidSpec"]
-    assert kuberay.list(NS) == []
+    assert kuberay.list(kube.ns) == []
 
 
 @pytest.mark.usefixtures("operator")
 def test_spec_update_suspends_and_resumes(kube, kuberay, ray_api):
     apply(kube, experiment_manifest())
-    wait_for("the RayCluster", lambda: kuberay.get(NS, CLUSTER))
-    kuberay.ready(NS, CLUSTER)
+    wait_for("the RayCluster", lambda: kuberay.get(kube.ns, CLUSTER))
+    kuberay.ready(kube.ns, CLUSTER)
     wait_phase(kube, "Running")
     patch_spec(kube, {"suspend": True})
     wait_phase(kube, "Suspended")
-    assert kuberay.deleted(NS, CLUSTER) and len(ray_api.stopped) == 1
+    assert kuberay.deleted(kube.ns, CLUSTER) and len(ray_api.stopped) == 1
     patch_spec(kube, {"suspend": False})
-    wait_for("a new RayCluster", lambda: kuberay.get(NS, CLUSTER))
-    kuberay.ready(NS, CLUSTER)
+    wait_for("a new RayCluster", lambda: kuberay.live(kube.ns, CLUSTER))
+    kuberay.ready(kube.ns, CLUSTER)
     assert wait_phase(kube, "Running")["status"]["restarts"] == 0
 
 
 @pytest.mark.parametrize("stop_in", ["Provisioning", "Running", "Restarting"])
 def test_operator_restart_creates_nothing_twice(kube, kuberay, ray_api, stop_in):
-    runner = start(kube, namespaces=[NS])
+    runner = start(kube)
     try:
         apply(kube, experiment_manifest(faultTolerance={"backoffLimit": 2}))
         wait_phase(kube, "Provisioning")
         if stop_in != "Provisioning":
-            kuberay.ready(NS, CLUSTER)
+            kuberay.ready(kube.ns, CLUSTER)
             job = wait_phase(kube, "Running")["status"]["jobId"]
         if stop_in == "Restarting":
             ray_api.set(job, "FAILED", "boom")
             wait_phase(kube, "Restarting")
     finally:
         runner.stop()
-    creates, submissions = requests_to(kube, "POST", "rayclusters"), len(ray_api.submissions)
-    runner = start(kube, namespaces=[NS])  # a new operator process: no memory of the old one
+    created, submissions = creates(kube, "rayclusters"), len(ray_api.submissions)
+    runner = start(kube)  # a new operator process: no memory of the old one
     try:
         if stop_in == "Provisioning":
-            kuberay.ready(NS, CLUSTER)
+            kuberay.ready(kube.ns, CLUSTER)
         body = wait_phase(kube, "Running")
         time.sleep(2)  # a few more ticks
-        assert requests_to(kube, "POST", "rayclusters") == creates == 1
+        assert creates(kube, "rayclusters") == created == 1
         expected = submissions + (1 if stop_in != "Running" else 0)
         assert len(ray_api.submissions) == expected
         assert body["status"]["restarts"] == (1 if stop_in == "Restarting" else 0)
@@ -166,10 +150,18 @@ def test_operator_restart_creates_nothing_twice(kube, kuberay, ray_api, stop_in)
 
 
 def test_cluster_wide_operator_reconciles_every_namespace(kube, kuberay):
+    teams = [f"{kube.ns}-a", f"{kube.ns}-b"]
+    for team in teams:
+        kube.core.create_namespace({"metadata": {"name": team}})
     runner = start(kube, namespaces=None)
     try:
-        apply(kube, experiment_manifest(namespace="team-a"))
-        apply(kube, experiment_manifest(namespace="team-b"))
-        wait_for("two RayClusters", lambda: kuberay.get("team-a", CLUSTER) and kuberay.get("team-b", CLUSTER))
+        for team in teams:
+            apply(kube, experiment_manifest(namespace=team))
+        wait_for("two RayClusters", lambda: all(kuberay.get(team, CLUSTER) for team in teams))
     finally:
         runner.stop()
+        for team in teams:
+            kube.client.delete_namespaced_custom_object(
+                "rltrainer.io", "v1alpha1", team, "rlexperiments", NAME
+            )
+            kube.core.delete_namespace(team)

@@ -352,7 +352,8 @@ class ControlPlane:
         ]
         deadline = time.monotonic() + timeout_s
         while names:
-            crds = self.kubectl_json("get", "crd", *names, "-o", "json")["items"]
+            found = self.kubectl_json("get", "crd", *names, "-o", "json")
+            crds = found.get("items", [found])  # one name: the object itself, not a list
             established = {
                 crd["metadata"]["name"]
                 for crd in crds

@@ -115,6 +115,11 @@ class FakeKubeRay:
                 return None
             raise
 
+    def live(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The RayCluster unless it is absent or being deleted."""
+        cluster = self.get(namespace, name)
+        return None if cluster is None or cluster["metadata"].get("deletionTimestamp") else cluster
+
     def deleted(self, namespace: str, name: str, wait_s: float = 0.0) -> bool:
         """Gone, or being deleted: a foreground deletion keeps the object (with a
         ``deletionTimestamp``) until the garbage collector has removed its dependents.

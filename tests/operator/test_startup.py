@@ -1,0 +1,96 @@
+"""The operator as users start it (``kopf run -m rltrainer_operator``), on a control plane of its own
+that starts without our CRDs: it says what is missing in one line per try, keeps retrying with
+backoff, and reconciles as soon as both CRDs are installed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
+from tests.conftest import RAYCLUSTER_CRD, RLX_CRD
+
+KOPF = str(Path(sys.executable).with_name("kopf"))
+
+
+@pytest.fixture
+def bare_plane():
+    assets = find_assets()
+    if assets is None:
+        pytest.skip(MISSING_ASSETS)
+    with ControlPlane(assets) as plane:
+        yield plane
+
+
+def test_kopf_run_waits_for_the_crds_then_reconciles(bare_plane, tmp_path):
+    plane = bare_plane
+    plane.kubectl_run("create", "namespace", "ml")
+    log = tmp_path / "operator.log"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(plane.kubeconfig),
+        "RLTRAINER_OPERATOR_METRICS_PORT": "0",
+        "RLTRAINER_OPERATOR_RAY_TOKEN_KEY": "a-test-key",
+    }
+    with log.open("wb") as out:
+        operator = subprocess.Popen(
+            [KOPF, "run", "--standalone", "-n", "ml", "-m", "rltrainer_operator"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        wait_for(
+            "the missing CRDs named",
+            lambda: "not installed: rlexperiments.rltrainer.io" in log.read_text(),
+            60,
+        )
+        plane.install_crds(RLX_CRD)
+        wait_for(
+            "only KubeRay's CRD missing",
+            lambda: any(
+                "not installed: rayclusters.ray.io" in line and "rlexperiments" not in line
+                for line in log.read_text().splitlines()
+            ),
+            60,
+        )
+        plane.install_crds(RAYCLUSTER_CRD)
+        plane.kubectl_run("apply", "-n", "ml", "-f", "-", stdin=EXPERIMENT)
+        started = time.monotonic()
+        wait_for(
+            "phase Provisioning",
+            lambda: (
+                plane.kubectl_run(
+                    "get", "rlx", "-n", "ml", "cartpole", "-o", "jsonpath={.status.phase}", check=False
+                ).stdout
+                == "Provisioning"
+            ),
+            60,
+        )
+        assert plane.kubectl_run("get", "raycluster", "-n", "ml", "rlx-cartpole", check=False).returncode == 0
+        print(f"reconciled {time.monotonic() - started:.1f}s after the CRDs were installed")
+    finally:
+        operator.send_signal(signal.SIGTERM)
+        operator.wait(30)
+    text = log.read_text()
+    tries = [line for line in text.splitlines() if "not installed:" in line]
+    assert len(tries) >= 2 and all(line.count("\n") == 0 for line in tries)
+    assert "Traceback" not in text, text
+
+
+EXPERIMENT = """
+apiVersion: rltrainer.io/v1alpha1
+kind: RLExperiment
+metadata: {name: cartpole}
+spec:
+  algorithm: PPO
+  env: CartPole-v1
+  checkpoint: {uri: "s3://checkpoints/rl"}
+"""
