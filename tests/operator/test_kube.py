@@ -1,4 +1,5 @@
-"""The Kubernetes access module: idempotent creates and deletes, API failures as kopf retries."""
+"""The Kubernetes access module on the real API server: idempotent creates and deletes, API
+failures as kopf retries, the operator's user agent in the server's audit log."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import socket
 import kopf
 import pytest
 import yaml
+from conftest import wait_for
 from test_builders import DATA, SETTINGS
 
+import rltrainer_operator.kube as kube_module
 from rltrainer_operator.builders.raycluster import build_raycluster
 from rltrainer_operator.kube import Kube, make_api_client
 from rltrainer_operator.models import RLExperiment
@@ -16,33 +19,37 @@ from rltrainer_operator.models import RLExperiment
 
 @pytest.fixture
 def kube_api(kube):
-    client = make_api_client(kube.url)
+    client = make_api_client(kubeconfig=kube.kubeconfig)
     yield Kube(client)
     client.close()
 
 
-def raycluster() -> dict:
+@pytest.fixture
+def raycluster(kube):
     body = yaml.safe_load((DATA / "cpu_only.input.yaml").read_text())
-    return build_raycluster(body, RLExperiment.model_validate(body).spec, SETTINGS)
+    body["metadata"]["namespace"] = kube.ns
+    return lambda: build_raycluster(body, RLExperiment.model_validate(body).spec, SETTINGS)
 
 
-def test_create_is_idempotent(kube_api):
+def test_create_is_idempotent(kube_api, raycluster):
     first = kube_api.create_raycluster(raycluster())
     again = kube_api.create_raycluster(raycluster())  # 409 from the API: the existing one
     assert again["metadata"]["uid"] == first["metadata"]["uid"]
 
 
-def test_absent_objects_are_none_or_false(kube_api):
-    assert kube_api.get_raycluster("ml", "nope") is None
-    assert kube_api.delete_raycluster("ml", "nope") is False
-    assert kube_api.delete_experiment("ml", "nope") is False
-    kube_api.patch_experiment_status("ml", "nope", {"phase": "Running"})  # deleted meanwhile: no error
+def test_absent_objects_are_none_or_false(kube, kube_api):
+    assert kube_api.get_raycluster(kube.ns, "nope") is None
+    assert kube_api.delete_raycluster(kube.ns, "nope") is False
+    assert kube_api.delete_experiment(kube.ns, "nope") is False
+    kube_api.patch_experiment_status(kube.ns, "nope", {"phase": "Running"})  # deleted meanwhile: no error
 
 
-def test_invalid_objects_and_unreachable_apis_become_kopf_retries(kube_api):
+def test_invalid_objects_and_unreachable_apis_become_kopf_retries(kube, kube_api, raycluster):
     bad = raycluster()
     bad["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
-    with pytest.raises(kopf.TemporaryError, match="create RayCluster ml/rlx-cartpole failed: HTTP 422"):
+    with pytest.raises(
+        kopf.TemporaryError, match=f"create RayCluster {kube.ns}/rlx-cartpole failed: HTTP 422"
+    ):
         kube_api.create_raycluster(bad)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -54,7 +61,15 @@ def test_invalid_objects_and_unreachable_apis_become_kopf_retries(kube_api):
     offline.api_client.close()
 
 
+def test_missing_resources_names_what_to_install(kube_api, monkeypatch):
+    assert kube_api.missing_resources() == []  # both CRDs are installed on the session's server
+    wanted = (*kube_module.REQUIRED_RESOURCES, ("example.io", "v1", "widgets", "install widgets"))
+    monkeypatch.setattr(kube_module, "REQUIRED_RESOURCES", wanted)
+    assert kube_api.missing_resources() == ["widgets.example.io/v1 (install widgets)"]
+
+
 def test_operator_requests_carry_its_user_agent(kube, kube_api):
-    kube_api.get_raycluster("ml", "x")
-    agents = {(r.headers or {}).get("User-Agent") for r in kube.api.requests}
-    assert any(agent.startswith("rltrainer-operator/") for agent in agents if agent)
+    kube_api.get_raycluster(kube.ns, "x")
+    wait_for("the audit event", lambda: kube.requests(verb="get", resource="rayclusters"))
+    [event] = kube.requests(verb="get", resource="rayclusters")
+    assert event["userAgent"].startswith("rltrainer-operator/")

@@ -37,14 +37,15 @@ def connection_info(kubeconfig: str) -> kopf.ConnectionInfo:
     """kopf's credentials from a kubeconfig file (client certificate or bearer token)."""
     configuration = kubernetes.client.Configuration()
     kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    token = (configuration.api_key or {}).get("authorization", "")
+    header = configuration.get_api_key_with_prefix("BearerToken") or ""  # "Bearer <token>"
+    scheme, _, token = header.partition(" ")
     return kopf.ConnectionInfo(
         server=configuration.host,
         ca_path=configuration.ssl_ca_cert,
         certificate_path=configuration.cert_file,
         private_key_path=configuration.key_file,
-        scheme="Bearer" if token else None,
-        token=token.removeprefix("Bearer ") or None,
+        scheme=scheme or None,
+        token=token or None,
     )
 
 
