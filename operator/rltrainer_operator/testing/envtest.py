@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import ctypes
 import datetime
 import ipaddress
 import json
@@ -153,6 +154,7 @@ class ControlPlane:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
@@ -381,6 +383,13 @@ class ControlPlane:
         context = ssl.create_default_context(cafile=str(self._pki / "ca.crt"))
         context.load_cert_chain(str(self._pki / "admin.crt"), str(self._pki / "admin.key"))
         return _get(self.url + path, context)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started it dies (a test run
+    killed mid-way leaves no control plane behind). Linux's prctl(PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _get(url: str, context: ssl.SSLContext | None = None) -> bytes:
