@@ -3,21 +3,23 @@
     python -m bench.operator
     python -m bench.operator --experiments 100 --poll-interval 10 --steady-s 30
 
-The real kopf runtime and handlers (``testing.runner``) against the Kubernetes API stand-in
-(``testing.kapi``: kmock, in this process, on 127.0.0.1), a fake Ray job API and a fake
-KubeRay that marks each RayCluster ready as soon as it appears (``testing.fakes``). Figures:
+The real kopf runtime and handlers (``testing.runner``) against a real Kubernetes control plane
+(``testing.envtest``: etcd, kube-apiserver and kube-controller-manager v1.32 on 127.0.0.1, with
+our CRD and KubeRay's), a fake Ray job API and a fake KubeRay that marks each RayCluster ready
+as soon as it appears (``testing.fakes``). Figures:
 
 - one experiment: seconds from ``create`` to its RayCluster existing, to the first status
   (Provisioning), and to Running (the fake KubeRay is ready within ~0.2 s);
 - ``--experiments`` applied at once: seconds until every one has a RayCluster and until every
   one is Running, and reconciles per second over that stretch;
 - steady state: with everything Running, API requests per experiment per minute made by the
-  operator (kopf's and its own, told apart by user agent) over ``--steady-s`` seconds, and Ray
+  operator (kopf's and its own, told apart by user agent in the API server's audit log) over
+  ``--steady-s`` seconds, and Ray
   job API calls; a hot loop would show here. (Each tick also reads ``progress.json`` from S3:
   one small GET per experiment per tick, not measured here: there is no S3 in this benchmark.)
 
-Everything shares two cores and one Python process with the API stand-in, so the figures are
-upper bounds on the operator's own costs.
+Everything shares the machine's cores with the control plane, so the figures are upper bounds
+on the operator's own costs.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from typing import Any
 from bench.common import median, print_json_line
 from rltrainer_operator.kube import USER_AGENT
 from rltrainer_operator.settings import Settings
+from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from rltrainer_operator.testing.fakes import FakeKubeRay, FakeRayJobs
-from rltrainer_operator.testing.kapi import RAYCLUSTERS, RLX, KubeAPIServer
+from rltrainer_operator.testing.local_stack import RAYCLUSTER_CRD, RLX_CRD
 from rltrainer_operator.testing.runner import OperatorRunner
 
 NAMESPACE = "bench"
@@ -60,9 +63,9 @@ def wait(check, timeout_s: float) -> float:
     return time.monotonic() - start
 
 
-def operator_requests(server: KubeAPIServer) -> int:
+def operator_requests(plane: ControlPlane) -> int:
     agents = ("kopf/", USER_AGENT.split("/")[0] + "/")
-    return sum(1 for r in server.api.requests if (r.headers or {}).get("User-Agent", "").startswith(agents))
+    return sum(1 for event in plane.audit_events() if event.get("userAgent", "").startswith(agents))
 
 
 def main() -> None:
@@ -73,29 +76,32 @@ def main() -> None:
     parser.add_argument("--steady-s", type=float, default=30.0)
     args = parser.parse_args()
 
-    def declare(api: Any) -> None:
-        api.declare(RLX, "RLExperiment")
-        api.declare(RAYCLUSTERS, "RayCluster")
-
+    assets = find_assets()
+    if assets is None:
+        raise SystemExit(MISSING_ASSETS)
     ray_jobs = FakeRayJobs()
-    with KubeAPIServer(declare) as server:
+    with ControlPlane(assets) as plane:
         import kubernetes
 
-        client = kubernetes.client.CustomObjectsApi(
-            kubernetes.client.ApiClient(kubernetes.client.Configuration(host=server.url))
-        )
+        plane.install_crds(RAYCLUSTER_CRD, RLX_CRD)
+        plane.kubectl_run("create", "namespace", NAMESPACE)
+        api_client = kubernetes.config.new_client_from_config(config_file=str(plane.kubeconfig))
+        client = kubernetes.client.CustomObjectsApi(api_client)
         kuberay = FakeKubeRay(client, ray_jobs.port)
         stop_kuberay = kuberay.run_in_background([NAMESPACE], interval_s=0.5)
         settings = dataclasses.replace(Settings(), poll_interval_s=args.poll_interval, metrics_port=0)
-        runner = OperatorRunner(server.url, namespaces=[NAMESPACE], settings=settings).start()
+        runner = OperatorRunner(
+            kubeconfig=plane.kubeconfig, namespaces=[NAMESPACE], settings=settings
+        ).start()
         # No S3 here: progress reads (one small GET per experiment per tick) are left out.
         runner.memo.reconciler.read_progress = lambda _spec, _namespace, _name: None
         try:
-            figures = measure(args, server, client, kuberay, runner, ray_jobs)
+            figures = measure(args, plane, client, kuberay, runner, ray_jobs)
         finally:
             runner.stop()
             stop_kuberay.set()
             ray_jobs.close()
+            api_client.close()
     print_json_line(figures)
 
 
@@ -105,7 +111,7 @@ def phase(client: Any, name: str) -> str | None:
 
 
 def measure(
-    args: Any, server: KubeAPIServer, client: Any, kuberay: FakeKubeRay, runner: Any, ray_jobs: FakeRayJobs
+    args: Any, plane: ControlPlane, client: Any, kuberay: FakeKubeRay, runner: Any, ray_jobs: FakeRayJobs
 ) -> dict:
     to_cluster, to_status, to_running = [], [], []
     for i in range(args.singles):
@@ -154,9 +160,9 @@ def measure(
     )
 
     total = args.experiments + args.singles
-    requests_before, jobs_before = operator_requests(server), ray_jobs.requests
+    requests_before, jobs_before = operator_requests(plane), ray_jobs.requests
     time.sleep(args.steady_s)
-    steady = operator_requests(server) - requests_before
+    steady = operator_requests(plane) - requests_before
     per_minute = steady / total / (args.steady_s / 60)
     job_calls = (ray_jobs.requests - jobs_before) / total / (args.steady_s / 60)
     print(

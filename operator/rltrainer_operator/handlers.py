@@ -1,9 +1,10 @@
 """Kopf handlers: thin wrappers that hand the body to the reconciler and write what it decides.
 
 Run with ``kopf run --standalone -m rltrainer_operator --all-namespaces`` (or ``--namespace=NS``
-per namespace); importing the package registers these handlers. Create, resume (operator start), spec updates and a timer
-all run the same level-triggered ``Reconciler.reconcile``; a per-object lock keeps a timer tick
-and an event handler from reconciling one experiment at the same time.
+per namespace); importing the package registers these handlers. Create, resume (operator
+start), spec updates and a timer all run the same level-triggered ``Reconciler.reconcile``; a
+per-object lock keeps a timer tick and an event handler from reconciling one experiment at the
+same time.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CRD_RETRY_MAX_S = 60
 def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: Any) -> None:
     # The in-process runner (testing/runner.py) puts its credentials in the memo.
     if memo.get("api_client") is None:
-        memo.api_client = make_api_client(memo.get("api_url"), memo.get("kubeconfig"))
+        memo.api_client = make_api_client(memo.get("kubeconfig"))
     # Resources are discovered once, after startup (no CRD watching: see scanning below): wait
     # here until both CRDs are served, retrying with backoff, one log line per try.
     missing = Kube(memo.api_client).missing_resources()

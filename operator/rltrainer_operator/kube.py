@@ -34,15 +34,13 @@ RETRY_DELAY_S = 10
 USER_AGENT = f"rltrainer-operator/{__version__}"
 
 
-def make_api_client(host: str | None = None, kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
-    """An API client: ``host`` (an unauthenticated stand-in), else the ``kubeconfig`` file, else
-    in-cluster, else ``$KUBECONFIG`` / ``~/.kube/config``."""
-    configuration = kubernetes.client.Configuration(host=host) if host is not None else None
-    if configuration is None and kubeconfig is not None:
-        configuration = kubernetes.client.Configuration()
+def make_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
+    """An API client from the ``kubeconfig`` file, else in-cluster, else ``$KUBECONFIG`` /
+    ``~/.kube/config``."""
+    configuration = kubernetes.client.Configuration()
+    if kubeconfig is not None:
         kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    if configuration is None:
-        configuration = kubernetes.client.Configuration()
+    else:
         try:
             kubernetes.config.load_incluster_config(client_configuration=configuration)
         except kubernetes.config.ConfigException:

@@ -94,12 +94,14 @@ class Toleration(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 _cel(
-                    "(has(self.key) && size(self.key) > 0) || (has(self.operator) && self.operator == 'Exists')",
+                    "(has(self.key) && size(self.key) > 0)"
+                    " || (has(self.operator) && self.operator == 'Exists')",
                     EMPTY_KEY_NEEDS_EXISTS,
                     field=".key",
                 ),
                 _cel(
-                    "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || size(self.value) == 0",
+                    "!has(self.operator) || self.operator != 'Exists'"
+                    " || !has(self.value) || size(self.value) == 0",
                     EXISTS_TAKES_NO_VALUE,
                     field=".value",
                 ),
@@ -172,7 +174,8 @@ class Learners(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 _cel(
-                    "!has(self.gpusPerLearner) || self.gpusPerLearner == 0 || !has(self.replicas) || self.replicas > 0",
+                    "!has(self.gpusPerLearner) || self.gpusPerLearner == 0"
+                    " || !has(self.replicas) || self.replicas > 0",
                     GPUS_NEED_LEARNERS,
                     field=".gpusPerLearner",
                 )

@@ -1,9 +1,10 @@
 """The whole user journey without a cluster: the real operator, real Ray, S3 over HTTP.
 
-The Kubernetes API is kmock (``testing/kapi.py``), KubeRay is ``LocalKubeRay`` (real local Ray
+The Kubernetes API is a real control plane (``testing/envtest.py``: kube-apiserver, etcd and
+the controller-manager's garbage collector), KubeRay is ``LocalKubeRay`` (real local Ray
 clusters), S3 is moto's server, and the operator is the real kopf runtime with the real
-handlers. Experiments are applied through the ``kubernetes`` client as ``kubectl apply``
-would; the driver is submitted through Ray's real job API and runs the real ``rltrainer``.
+handlers. Experiments are applied with ``kubectl apply``; the driver is submitted through Ray's
+real job API and runs the real ``rltrainer``.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from tests.e2e.helpers import MERGE, get_raycluster, wait_for
 BUCKET = "rl-checkpoints"
 RLTRAINER = str(Path(sys.executable).with_name("rltrainer"))
 
-# tuned_examples/ppo_cartpole.yaml, less what the spec owns (num_envs_per_env_runner).
+# tuned_examples/ppo_cartpole.yaml, less what the spec owns (num_envs_per_env_runner), seeded.
 TUNED_PPO_CARTPOLE = {
+    "seed": 0,
     "rollout_fragment_length": 32,
     "train_batch_size": 256,
     "minibatch_size": 256,
@@ -66,15 +68,18 @@ class Platform:
         return self.stack.kuberay
 
     def apply(self, name: str, namespace: str, spec: dict[str, Any]) -> None:
+        """``kubectl apply -f`` of the experiment (creating its namespace first when needed)."""
         body = {
             "apiVersion": "rltrainer.io/v1alpha1",
             "kind": "RLExperiment",
             "metadata": {"name": name, "namespace": namespace},
             "spec": spec,
         }
-        self.custom.create_namespaced_custom_object(
-            "rltrainer.io", "v1alpha1", namespace, "rlexperiments", body
-        )
+        self.namespace(namespace)
+        self.stack.plane.kubectl_run("apply", "-f", "-", stdin=json.dumps(body))
+
+    def namespace(self, namespace: str) -> None:
+        self.stack.plane.kubectl_run("create", "namespace", namespace, check=False)
 
     def get(self, name: str, namespace: str) -> dict[str, Any] | None:
         try:
@@ -121,13 +126,14 @@ class Platform:
         return self.wait(f"phase {phase}", name, namespace, lambda s: s.get("phase") == phase, timeout_s)
 
     def credentials_secret(self, namespace: str) -> None:
+        self.namespace(namespace)
         data = {key: base64.b64encode(value.encode()).decode() for key, value in FAKE_CREDENTIALS.items()}
         self.core.create_namespaced_secret(namespace, {"metadata": {"name": "s3-creds"}, "data": data})
 
 
 @pytest.fixture
 def platform(monkeypatch):
-    """API stand-in + local KubeRay + moto S3 + the operator (watching every namespace)."""
+    """Real control plane + local KubeRay + moto S3 + the operator (watching every namespace)."""
     # The operator reads progress with its own identity: the environment's (the chart's) credentials.
     for key, value in {**FAKE_CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(key, value)
@@ -142,7 +148,7 @@ def platform(monkeypatch):
     )
     operator = None
     try:
-        operator = OperatorRunner(stack.api.url, namespaces=None, settings=settings).start()
+        operator = OperatorRunner(kubeconfig=stack.kubeconfig, namespaces=None, settings=settings).start()
         yield Platform(
             stack,
             operator,
@@ -216,7 +222,9 @@ def test_journey(platform):
             "checkpoint": {"uri": f"s3://{BUCKET}/experiments", "frequency": 1},
             "storage": storage(platform.stack),
             "learners": {"replicas": 1, "cpusPerLearner": 1, "memory": "1Gi"},
-            "rollouts": {"replicas": 2, "envsPerRunner": 8, "memory": "1Gi"},
+            # The tuned example's 8 envs, split over the two runners: 256 env steps per round, as
+            # the recipe was tuned (2 x 8 samples 512 per round and often needs 80-150k steps).
+            "rollouts": {"replicas": 2, "envsPerRunner": 4, "memory": "1Gi"},
             "head": {"cpu": "1", "memory": "2Gi"},
             "faultTolerance": {"backoffLimit": 3},
         },
@@ -307,6 +315,13 @@ def test_journey(platform):
     # shutdownAfterFinish: the cluster and every one of its processes are gone.
     wait_for("the RayCluster deleted", lambda: get_raycluster(platform.custom, ns, cluster) is None, 60)
     wait_for("its processes gone", lambda: not platform.kuberay.processes(ns, cluster), 30)
+
+    # 6. kubectl delete: the finalizer runs and the experiment goes; its checkpoints stay in S3.
+    # Then the namespace itself (its Secret, Events, ...): the namespace controller finishes.
+    platform.stack.plane.kubectl_run("delete", "rlx", "-n", ns, name, "--timeout=60s")
+    assert platform.get(name, ns) is None
+    assert checkpoint_iterations(uri) == iterations
+    platform.stack.plane.kubectl_run("delete", "namespace", ns, "--timeout=120s")
 
 
 def small_experiment(stack: LocalStack, iterations: int) -> dict[str, Any]:

@@ -22,9 +22,8 @@ import kubernetes
 import pytest
 
 from rltrainer_operator.ray_jobs import RayJobClient
-from rltrainer_operator.testing.kapi import KubeAPIServer
-from rltrainer_operator.testing.local_kuberay import LocalKubeRay, _desired_replicas, parse_resources
-from rltrainer_operator.testing.local_stack import declare_resources
+from rltrainer_operator.testing.local_kuberay import _desired_replicas, parse_resources
+from rltrainer_operator.testing.local_stack import LocalStack
 from tests.e2e.helpers import MERGE, condition, get_raycluster, wait_for, wait_ready
 
 # What a job on the cluster reports: resources, the head's env, and a rollout worker's env.
@@ -87,23 +86,21 @@ def raycluster(name: str, namespace: str, *, rollouts: int = 2, learners: int = 
 
 @pytest.fixture(scope="module")
 def stack():
-    """An API server with the CRDs, and a local KubeRay watching it."""
-    with KubeAPIServer(declare_resources) as server:
-        client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=server.url))
-        core = kubernetes.client.CoreV1Api(client)
+    """A real control plane with the CRDs, and a local KubeRay watching it."""
+    local = LocalStack().start()
+    kuberay = local.kuberay
+    try:
+        core = kubernetes.client.CoreV1Api(local.api_client)
         for namespace in ("team-a", "team-b"):
+            core.create_namespace({"metadata": {"name": namespace}})
             token = base64.b64encode(f"secret-{namespace}".encode()).decode()
             secret = {"metadata": {"name": "creds"}, "data": {"token": token}}
             core.create_namespaced_secret(namespace, secret)
-        kuberay = LocalKubeRay(client).start()
-        try:
-            yield kubernetes.client.CustomObjectsApi(client), kuberay
-        finally:
-            kuberay.close()
-            client.close()
-            server.stop()
-        assert not kuberay.processes(), "close() left processes behind"
-        assert not kuberay.errors, kuberay.errors
+        yield kubernetes.client.CustomObjectsApi(local.api_client), kuberay
+    finally:
+        local.stop()
+    assert not kuberay.processes(), "close() left processes behind"
+    assert not kuberay.errors, kuberay.errors
 
 
 def dashboard(obj: dict[str, Any]) -> str:

@@ -21,16 +21,22 @@ NAME = "cartpole"
 CLUSTER = raycluster_name(NAME)
 
 
-def phase(kube: Any, name: str = NAME) -> str | None:
+def phase(kube: Any, name: str = NAME, namespace: str | None = None) -> str | None:
     try:
-        return (get_experiment(kube, name).get("status") or {}).get("phase")
+        return (get_experiment(kube, name, namespace).get("status") or {}).get("phase")
     except Exception:  # noqa: BLE001 - gone
         return None
 
 
-def wait_phase(kube: Any, wanted: str, name: str = NAME, timeout_s: float = 60) -> dict[str, Any]:
-    wait_for(f"phase {wanted} (now {phase(kube, name)})", lambda: phase(kube, name) == wanted, timeout_s)
-    return get_experiment(kube, name)
+def wait_phase(
+    kube: Any, wanted: str, name: str = NAME, timeout_s: float = 60, namespace: str | None = None
+) -> dict[str, Any]:
+    wait_for(
+        f"phase {wanted} (now {phase(kube, name, namespace)})",
+        lambda: phase(kube, name, namespace) == wanted,
+        timeout_s,
+    )
+    return get_experiment(kube, name, namespace)
 
 
 def start(kube: Any, kubeconfig: str | None = None, **kwargs: Any) -> OperatorRunner:
@@ -91,8 +97,28 @@ def test_delete_runs_the_finalizer(kube, kuberay, ray_api):
     assert ray_api.stopped == [job]
 
 
+def test_deleting_the_namespace_completes(kube, kuberay, ray_api):
+    """The namespace controller deletes the experiment; our finalizer stops its job and lets go."""
+    team = f"{kube.ns}-gone"
+    kube.core.create_namespace({"metadata": {"name": team}})
+    runner = start(kube, namespaces=[team])
+    try:
+        apply(kube, experiment_manifest(namespace=team))
+        wait_for("the RayCluster", lambda: kuberay.get(team, CLUSTER))
+        kuberay.ready(team, CLUSTER)
+        job = wait_phase(kube, "Running", namespace=team)["status"]["jobId"]
+        kube.core.delete_namespace(team)
+        wait_for(
+            "the namespace gone",
+            lambda: team not in {n.metadata.name for n in kube.core.list_namespace().items},
+        )
+        assert ray_api.stopped == [job]
+    finally:
+        runner.stop()
+
+
 @pytest.mark.usefixtures("operator")
-def test_invalid_spec_fails_without_a_retry_loop(kube, kuberay):
+def test_invalid_spec_fails_without_a_retry_loop(kube, kuberay, caplog):
     apply(kube, experiment_manifest(config={"num_env_runners": 4}))
     body = wait_phase(kube, "Failed")
     failed = next(c for c in body["status"]["conditions"] if c["type"] == "Failed")
@@ -103,6 +129,26 @@ def test_invalid_spec_fails_without_a_retry_loop(kube, kuberay):
     time.sleep(2.5)  # a few timer ticks
     assert [reason for reason, _ in events(kube)] == ["InvalidSpec"]
     assert kuberay.list(kube.ns) == []
+    assert not [r for r in caplog.records if r.exc_info], "a traceback in the operator's log"
+
+
+@pytest.mark.usefixtures("operator")
+def test_deadline_fails_and_every_generation_is_observed(kube, kuberay, ray_api):
+    apply(kube, experiment_manifest(activeDeadlineSeconds=3))
+    wait_for("the RayCluster", lambda: kuberay.get(kube.ns, CLUSTER))
+    kuberay.ready(kube.ns, CLUSTER)
+    running = wait_phase(kube, "Running")
+    assert running["status"]["observedGeneration"] == 1
+    patch_spec(kube, {"config": {"train_batch_size": 512}})  # a new generation, no transition
+    wait_for("generation 2 observed", lambda: get_experiment(kube)["status"]["observedGeneration"] == 2)
+    failed = wait_phase(kube, "Failed", timeout_s=30)
+    condition = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")
+    assert (condition["status"], condition["reason"], condition["observedGeneration"]) == (
+        "True",
+        "DeadlineExceeded",
+        2,
+    )
+    assert ray_api.stopped == [running["status"]["jobId"]] and kuberay.deleted(kube.ns, CLUSTER)
 
 
 @pytest.mark.usefixtures("operator")

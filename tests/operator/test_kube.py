@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 
 import kopf
+import kubernetes
 import pytest
 import yaml
 from conftest import wait_for
@@ -54,7 +55,7 @@ def test_invalid_objects_and_unreachable_apis_become_kopf_retries(kube, kube_api
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    offline = Kube(make_api_client(closed))
+    offline = Kube(kubernetes.client.ApiClient(kubernetes.client.Configuration(host=closed)))
     offline.custom.api_client.configuration.retries = 0
     with pytest.raises(kopf.TemporaryError, match="get RayCluster ml/x failed"):
         offline.get_raycluster("ml", "x")

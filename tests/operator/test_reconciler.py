@@ -10,7 +10,7 @@ import datetime
 from typing import Any
 
 import pytest
-from conftest import MERGE, apply, wait_for, experiment_manifest, get_experiment, patch_spec
+from conftest import MERGE, apply, experiment_manifest, get_experiment, patch_spec, wait_for
 
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.kube import Kube, make_api_client
@@ -333,6 +333,16 @@ def test_ttl_after_finished_deletes_the_experiment(ns, op, kube, kuberay, ray_ap
             ]
         ),
     )
+
+
+def test_the_garbage_collector_deletes_what_the_experiment_owns(ns, op, kube, kuberay):
+    """Without the operator (no finalizer), deleting the experiment still deletes its RayCluster:
+    the real garbage collector follows the ownerReference the builder wrote."""
+    apply(kube, experiment_manifest())
+    op.step()
+    assert kuberay.live(ns, CLUSTER)
+    kube.client.delete_namespaced_custom_object("rltrainer.io", "v1alpha1", ns, "rlexperiments", NAME)
+    assert kuberay.deleted(ns, CLUSTER, wait_s=30)
 
 
 def test_finalize_stops_the_job_and_deletes_the_cluster(ns, op, kube, kuberay, ray_api):

@@ -1,13 +1,13 @@
 """Run the operator in a background thread of this process, against any API server.
 
-For tests: the real kopf runtime with the real handlers, logged in with a ``kubeconfig`` file
-(a real API server: ``testing/envtest.py``; any identity, e.g. the chart's service account) or,
-for the API stand-in (``kapi``), to an ``api_url`` without credentials. The ``memo`` is shared,
-so a test can reach the reconciler (``runner.memo.reconciler``).
+For tests and benchmarks: the real kopf runtime with the real handlers, logged in with a
+``kubeconfig`` file (a real API server: ``testing/envtest.py``; any identity, e.g. the chart's
+service account). The ``memo`` is shared, so a test can reach the reconciler
+(``runner.memo.reconciler``).
 
 Importing this module registers a kopf login handler that only acts for operators started
-here (it reads ``memo.kubeconfig`` / ``memo.api_url``); a production ``kopf run -m
-rltrainer_operator`` never imports it.
+here (it reads ``memo.kubeconfig``); a production ``kopf run -m rltrainer_operator`` never
+imports it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -27,10 +28,7 @@ from rltrainer_operator.settings import Settings
 @kopf.on.login()
 def login_for_tests(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
     """The runner's own credentials; None (kopf's other login handlers) for a production operator."""
-    if memo.get("kubeconfig"):
-        return connection_info(memo.kubeconfig)
-    url = memo.get("api_url")
-    return kopf.ConnectionInfo(server=url, scheme="Bearer", token="stand-in") if url else None
+    return connection_info(memo.kubeconfig) if memo.get("kubeconfig") else None
 
 
 def connection_info(kubeconfig: str) -> kopf.ConnectionInfo:
@@ -55,18 +53,14 @@ class OperatorRunner:
 
     def __init__(
         self,
-        api_url: str | None = None,
+        kubeconfig: str | Path,
         namespaces: list[str] | None = None,
         settings: Settings | None = None,
         timeout_s: float = 30,
-        kubeconfig: str | None = None,
     ) -> None:
-        if (api_url is None) == (kubeconfig is None):
-            raise ValueError("give either api_url (a stand-in) or kubeconfig")
         # Metrics off unless asked for: several runners may share a machine (and its ports).
         settings = settings or dataclasses.replace(Settings.from_env(), metrics_port=0)
-        kubeconfig = str(kubeconfig) if kubeconfig is not None else None
-        self.memo = kopf.Memo(api_url=api_url, kubeconfig=kubeconfig, settings=settings)
+        self.memo = kopf.Memo(kubeconfig=str(kubeconfig), settings=settings)
         self.namespaces = namespaces
         self.timeout_s = timeout_s
         self._stop = threading.Event()
