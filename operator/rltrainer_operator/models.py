@@ -48,9 +48,14 @@ def _quantity_as_str(value: Any) -> Any:
 
 
 #: Read as ``str``; the CRD declares it int-or-string (``crd.py`` turns the marker into ``anyOf``).
+#: The pattern only binds strings on the API server: ``minimum`` rejects a negative integer there.
 Quantity = Annotated[
     str,
-    Field(pattern=QUANTITY_PATTERN, max_length=32, json_schema_extra={"x-kubernetes-int-or-string": True}),
+    Field(
+        pattern=QUANTITY_PATTERN,
+        max_length=32,
+        json_schema_extra={"x-kubernetes-int-or-string": True, "minimum": 0},
+    ),
     BeforeValidator(_quantity_as_str),  # after Field: pydantic keeps the pattern in the JSON schema
 ]
 

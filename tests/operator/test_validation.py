@@ -1,14 +1,15 @@
 """Spec validation: bad manifests are rejected by the CRD's schema or by ``validate_experiment``.
 
 Each row of ``INVALID`` says which layer must catch it: ``schema`` rows are rejected by the
-API server (``crd_errors``) *and* by the operator's models (one source of truth, the same
-rules); ``operator`` rows pass the schema (it cannot know rltrainer's config keys or result
-names) and are rejected by ``validate_experiment`` with a message naming the field.
+real API server (a server-side dry run on the session's control plane) *and* by the operator's
+models (one source of truth, the same rules); ``operator`` rows pass the schema (it cannot know
+rltrainer's config keys or result names) and are rejected by ``validate_experiment`` with a
+message naming the field.
 """
 
 from __future__ import annotations
 
-import copy
+import json
 import logging
 import math
 from typing import Any
@@ -20,29 +21,15 @@ from rltrainer.algorithms.algorithm_config import ALIASES, AlgorithmConfig
 from rltrainer_operator.models import ExperimentSpec
 from rltrainer_operator.validation import OWNED_CONFIG_KEYS, InvalidSpec, validate_experiment
 
-try:
-    from .test_crd import crd_errors, load_manifest  # tests/operator is a package
-except ImportError:
-    from test_crd import crd_errors, load_manifest  # pytest's rootdir-relative import
-
-DELETE = object()
+try:  # tests/operator is a package
+    from .test_crd_server import DELETE, api_namespace, load_manifest, merge_spec, names_field
+except ImportError:  # pytest's rootdir-relative import
+    from test_crd_server import DELETE, api_namespace, load_manifest, merge_spec, names_field
 
 
 def patched(patch: dict[str, Any], base: str = "minimal.yaml") -> dict[str, Any]:
     """``base`` with ``patch`` merged into its spec (``DELETE`` removes a key)."""
-    manifest = load_manifest(base)
-
-    def merge(target: dict[str, Any], changes: dict[str, Any]) -> None:
-        for key, value in changes.items():
-            if value is DELETE:
-                target.pop(key, None)
-            elif isinstance(value, dict) and isinstance(target.get(key), dict):
-                merge(target[key], value)
-            else:
-                target[key] = copy.deepcopy(value)
-
-    merge(manifest["spec"], patch)
-    return manifest
+    return merge_spec(load_manifest(base), patch)
 
 
 SCHEMA, OPERATOR = "schema", "operator"
@@ -239,9 +226,9 @@ INVALID = [
 
 
 @pytest.mark.parametrize(
-    ("patch", "layer", "path", "fragment"), [pytest.param(*row[1:], id=row[0]) for row in INVALID]
+    ("patch", "path", "fragment"), [pytest.param(row[1], *row[3:], id=row[0]) for row in INVALID]
 )
-def test_invalid_manifests_are_rejected(patch, layer, path, fragment):
+def test_invalid_manifests_are_rejected(patch, path, fragment):
     manifest = patched(patch)
     with pytest.raises(InvalidSpec) as caught:
         validate_experiment(manifest)
@@ -250,11 +237,32 @@ def test_invalid_manifests_are_rejected(patch, layer, path, fragment):
     assert str(caught.value) == f"{path}: {caught.value.message}"
     assert "\n" not in str(caught.value)
 
-    api_server = crd_errors(manifest)
-    if layer == SCHEMA:  # rejected where the operator's field is, or above it (a missing or unknown key)
-        assert any(path.startswith(where) for where, _ in api_server), api_server
+
+@pytest.fixture(scope="module")
+def server(control_plane):
+    with api_namespace(control_plane, "validation") as api:
+        yield api
+
+
+def _sendable(patch: dict[str, Any]) -> bool:
+    """Whether a request can carry the manifest (JSON has no infinity)."""
+    try:
+        json.dumps(patched(patch), allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("patch", "layer", "path"), [pytest.param(*row[1:4], id=row[0]) for row in INVALID if _sendable(row[1])]
+)
+def test_the_api_server_rejects_the_schema_rows_and_admits_the_others(server, patch, layer, path):
+    done = server.create(patched(patch), dry_run=True)
+    if layer == SCHEMA:  # rejected naming the operator's field, or a field under it (a CEL rule's fieldPath)
+        assert done.returncode != 0, f"admitted: {path}"
+        assert names_field(done.stderr, path, or_below=True), done.stderr
     else:
-        assert api_server == []
+        assert done.returncode == 0, done.stderr
 
 
 def test_there_are_at_least_twenty_invalid_manifests():
@@ -266,8 +274,7 @@ def test_there_are_at_least_twenty_invalid_manifests():
 def test_valid_manifests_are_accepted(name):
     manifest = load_manifest(name)
     experiment = validate_experiment(manifest)
-    assert experiment.spec.env == manifest["spec"]["env"]
-    assert crd_errors(manifest) == []
+    assert experiment.spec.env == manifest["spec"]["env"]  # the API server's view: test_crd_server.py
 
 
 def _unset_fields(model: type[BaseModel], values: dict[str, Any], path: str) -> list[str]:
