@@ -9,6 +9,7 @@ are JSON merge patches (custom resources support no strategic merge).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
@@ -54,8 +55,19 @@ def make_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClien
 
 
 def _temporary(action: str, err: Exception) -> kopf.TemporaryError:
-    reason = f"HTTP {err.status} {err.reason}" if isinstance(err, ApiException) else str(err)
+    reason = (
+        f"HTTP {err.status} {err.reason}{_api_message(err)}" if isinstance(err, ApiException) else str(err)
+    )
     return kopf.TemporaryError(f"{action} failed: {reason}", delay=RETRY_DELAY_S)
+
+
+def _api_message(err: ApiException) -> str:
+    """The API server's own explanation (its Status ``message``), e.g. which field is invalid."""
+    try:
+        message = json.loads(err.body or "{}").get("message")
+    except (ValueError, AttributeError, TypeError):
+        return ""
+    return f": {message[:500]}" if isinstance(message, str) and message else ""
 
 
 #: What the operator needs the API to serve: (group, version, plural, how to install it).

@@ -98,7 +98,8 @@ def test_delete_runs_the_finalizer(kube, kuberay, ray_api):
 
 
 def test_deleting_the_namespace_completes(kube, kuberay, ray_api):
-    """The namespace controller deletes the experiment; our finalizer stops its job and lets go."""
+    """The namespace controller deletes the experiment and its RayCluster (in no set order); our
+    finalizer lets go, so the namespace goes."""
     team = f"{kube.ns}-gone"
     kube.core.create_namespace({"metadata": {"name": team}})
     runner = start(kube, namespaces=[team])
@@ -112,7 +113,9 @@ def test_deleting_the_namespace_completes(kube, kuberay, ray_api):
             "the namespace gone",
             lambda: team not in {n.metadata.name for n in kube.core.list_namespace().items},
         )
-        assert ray_api.stopped == [job]
+        # The job is stopped when the finalizer finds the cluster still there; either way the
+        # cluster's pods go with the namespace.
+        assert ray_api.stopped in ([], [job])
     finally:
         runner.stop()
 
