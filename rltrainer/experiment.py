@@ -25,14 +25,16 @@ import math
 import numbers
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rltrainer.algorithms.algorithm import Algorithm
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
-from rltrainer.checkpoint_store import list_checkpoints
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.results import flatten
 from rltrainer.storage import is_remote, open_storage
+
+# No torch at import (Algorithm's and checkpoint_store's): the operator imports PROGRESS_FILE, resolve_stop.
+if TYPE_CHECKING:
+    from rltrainer.algorithms.algorithm import Algorithm
 
 logger = logging.getLogger(__name__)
 
@@ -82,13 +84,16 @@ def canonical_stop_key(key: str) -> str:
     return key.replace("env_runners/", "").replace("episode_reward_", "episode_return_")
 
 
-def resolve_stop(stop: dict[str, Any], algo_class: type[Algorithm]) -> dict[str, float]:
-    """Validate stop criteria against ``algo_class.result_keys()``; returns them with our key names."""
+def resolve_stop(stop: dict[str, Any], keys_of: type[Algorithm] | type[AlgorithmConfig]) -> dict[str, float]:
+    """Validate stop criteria against ``keys_of.result_keys()``; returns them with our key names.
+
+    ``keys_of``: an algorithm class, or its config class (which imports no torch: the operator's).
+    """
     if not isinstance(stop, dict):
         raise ConfigError(
             f'stop criteria must be a dict like {{"training_iteration": 100}}, got {type(stop).__name__}'
         )
-    allowed = algo_class.result_keys()
+    allowed = keys_of.result_keys()
     resolved: dict[str, float] = {}
     for key, value in stop.items():
         name = canonical_stop_key(str(key))
@@ -128,8 +133,7 @@ def run_experiment(
     ``stopped_by == INTERRUPTED``; a second one during the final save propagates.
     Raises ``RLTrainerError`` subclasses for bad stop keys, configs or envs.
     """
-    algo_class = config.algo_class or Algorithm
-    criteria = resolve_stop(stop, algo_class)
+    criteria = resolve_stop(stop, config.algo_class or type(config))
     evaluated = [key for key in criteria if key.startswith("evaluation/")]
     if evaluated and not config.evaluation_interval:
         raise ConfigError(
@@ -235,6 +239,8 @@ def _resume(algo: Algorithm, reporter: Reporter | None, first: str | None = None
     verification is skipped with a warning (the next older one is tried), so one damaged
     upload cannot block a restart.
     """
+    from rltrainer.checkpoint_store import list_checkpoints
+
     resumed = None
     listed = [info.uri for info in list_checkpoints(algo.experiment_uri, algo.config.storage_options)]
     candidates = ([first] if first else []) + [uri for uri in reversed(listed) if uri != first]

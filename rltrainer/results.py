@@ -41,6 +41,44 @@ SummaryWriter, Summary = _import_tensorboardx()
 
 logger = logging.getLogger(__name__)
 
+#: Numeric keys of every ``Algorithm.train()`` result, besides its learner's ``STAT_KEYS``.
+BASE_RESULT_KEYS: tuple[str, ...] = (
+    "training_iteration",
+    "timesteps_total",
+    "time_this_iter_s",
+    "time_total_s",
+    "episode_return_mean",
+    "episode_return_min",
+    "episode_return_max",
+    "episode_len_mean",
+    "episodes_this_iter",
+    "episodes_total",
+    "num_env_steps_sampled",
+    "num_env_steps_trained",
+    "num_env_steps_sampled_lifetime",
+    "num_env_steps_sampled_per_s",
+    "num_healthy_env_runners",
+    "num_env_runner_restarts",
+)
+
+#: Numeric keys under ``evaluation/`` (results of iterations that evaluated).
+EVALUATION_KEYS: tuple[str, ...] = (
+    "episode_return_mean",
+    "episode_return_min",
+    "episode_return_max",
+    "episode_len_mean",
+    "episodes_this_iter",
+    "num_env_steps_sampled",
+    "num_healthy_env_runners",
+    "num_env_runner_restarts",
+)
+
+
+def result_keys_for(stat_keys: tuple[str, ...] = ()) -> list[str]:
+    """Every numeric key ``train()`` reports with a learner reporting ``stat_keys`` (what stop
+    criteria may name)."""
+    return [*BASE_RESULT_KEYS, *stat_keys, *(f"evaluation/{k}" for k in EVALUATION_KEYS)]
+
 
 def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts -> one level with ``/``-joined keys (``evaluation/episode_return_mean``)."""

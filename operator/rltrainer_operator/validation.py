@@ -21,7 +21,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from rltrainer.algorithms.algorithm_config import ALIASES
-from rltrainer.algorithms.registry import get_algorithm_class
+from rltrainer.algorithms.registry import get_config_class
 from rltrainer.errors import ConfigError
 from rltrainer_operator.models import (
     NAME_PATTERN,
@@ -98,7 +98,7 @@ def validate_experiment(body: Mapping[str, Any]) -> RLExperiment:
 
 def _check_config(spec: ExperimentSpec) -> None:
     """Each ``config`` key through rltrainer's own validation, then the config as a whole."""
-    config = get_algorithm_class(spec.algorithm).config_class()
+    config = get_config_class(spec.algorithm)()
     fields = type(config).model_fields
     with _logger_level_kept():  # setting log_level changes the process's rltrainer logger
         for key, value in spec.config.items():
@@ -131,12 +131,12 @@ def _check_stop(spec: ExperimentSpec) -> None:
     """Stop keys must be results the algorithm reports (rltrainer's ``resolve_stop``)."""
     from rltrainer.experiment import resolve_stop
 
-    algo_class = get_algorithm_class(spec.algorithm)
+    config_class = get_config_class(spec.algorithm)
     for key, value in spec.stop.items():
         if math.isnan(value):
             raise InvalidSpec(f"spec.stop.{key}", "must be a number, got NaN")
         try:
-            resolve_stop({key: value}, algo_class)
+            resolve_stop({key: value}, config_class)
         except ConfigError as err:
             raise InvalidSpec(f"spec.stop.{key}", str(err)) from None
 

@@ -35,7 +35,7 @@ from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.policy import Policy
-from rltrainer.results import ResultLogger, flatten
+from rltrainer.results import ResultLogger, flatten, result_keys_for
 from rltrainer.storage import StorageError, is_remote, join_uri, open_storage, parent_uri
 
 logger = logging.getLogger(__name__)
@@ -108,41 +108,10 @@ class Algorithm:
         self._result_logger: ResultLogger | None = None
         self._last_result: dict[str, Any] | None = None
 
-    BASE_RESULT_KEYS: ClassVar[tuple[str, ...]] = (
-        "training_iteration",
-        "timesteps_total",
-        "time_this_iter_s",
-        "time_total_s",
-        "episode_return_mean",
-        "episode_return_min",
-        "episode_return_max",
-        "episode_len_mean",
-        "episodes_this_iter",
-        "episodes_total",
-        "num_env_steps_sampled",
-        "num_env_steps_trained",
-        "num_env_steps_sampled_lifetime",
-        "num_env_steps_sampled_per_s",
-        "num_healthy_env_runners",
-        "num_env_runner_restarts",
-    )
-
-    EVALUATION_KEYS: ClassVar[tuple[str, ...]] = (
-        "episode_return_mean",
-        "episode_return_min",
-        "episode_return_max",
-        "episode_len_mean",
-        "episodes_this_iter",
-        "num_env_steps_sampled",
-        "num_healthy_env_runners",
-        "num_env_runner_restarts",
-    )
-
     @classmethod
     def result_keys(cls) -> list[str]:
         """Every numeric key ``train()`` reports (what stop criteria may name)."""
-        stat_keys = getattr(cls.learner_class, "STAT_KEYS", ())
-        return [*cls.BASE_RESULT_KEYS, *stat_keys, *(f"evaluation/{k}" for k in cls.EVALUATION_KEYS)]
+        return result_keys_for(getattr(cls.learner_class, "STAT_KEYS", ()))
 
     # --- the hook ---------------------------------------------------------------------
     def training_step(self) -> dict[str, float]:

@@ -88,6 +88,11 @@ class AlgorithmConfig(BaseModel):
         protected_namespaces=(),
     )
 
+    #: The registry name of the algorithm ``build()`` creates (``None``: pass ``algo_class``).
+    ALGORITHM: ClassVar[str | None] = None
+    #: The statistics the algorithm's learner reports in every result (its ``STAT_KEYS``).
+    STAT_KEYS: ClassVar[tuple[str, ...]] = ()
+
     #: Builder method name -> the fields it sets. Subclasses extend "training".
     SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "environment": (
@@ -401,8 +406,19 @@ class AlgorithmConfig(BaseModel):
     # --- building ------------------------------------------------------------------
     @property
     def algo_class(self) -> type | None:
-        """The algorithm ``build()`` creates."""
+        """The algorithm ``build()`` creates: the one given, else the registry's ``ALGORITHM``."""
+        if self._algo_class is None and self.ALGORITHM is not None:
+            from rltrainer.algorithms.registry import get_algorithm_class
+
+            return get_algorithm_class(self.ALGORITHM)
         return self._algo_class
+
+    @classmethod
+    def result_keys(cls) -> list[str]:
+        """Every numeric key the algorithm's ``train()`` reports (what stop criteria may name)."""
+        from rltrainer.results import result_keys_for
+
+        return result_keys_for(cls.STAT_KEYS)
 
     def build(self, env: Any = None) -> Any:
         """Validate and create the algorithm (RLlib's ``build_algo``)."""

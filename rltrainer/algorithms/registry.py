@@ -1,22 +1,49 @@
-"""Algorithm names (as the CLI and checkpoints spell them) -> classes, imported lazily."""
+"""Algorithm names (as the CLI, checkpoints and the operator spell them) -> classes, imported lazily.
+
+Each algorithm's config lives in a module that imports no torch, so ``get_config_class``
+serves the operator, which validates experiments without torch installed.
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import NamedTuple
 
 from rltrainer.errors import ConfigError
 
-ALGORITHMS: dict[str, str] = {
-    "PPO": "rltrainer.algorithms.ppo:PPO",
-    "DQN": "rltrainer.algorithms.dqn:DQN",
-    "SAC": "rltrainer.algorithms.sac:SAC",
+
+class Registered(NamedTuple):
+    """Where an algorithm and its config are defined, each as ``"module:Class"``."""
+
+    algorithm: str
+    config: str
+
+
+ALGORITHMS: dict[str, Registered] = {
+    "PPO": Registered("rltrainer.algorithms.ppo.ppo:PPO", "rltrainer.algorithms.ppo.ppo_config:PPOConfig"),
+    "DQN": Registered("rltrainer.algorithms.dqn.dqn:DQN", "rltrainer.algorithms.dqn.dqn_config:DQNConfig"),
+    "SAC": Registered("rltrainer.algorithms.sac.sac:SAC", "rltrainer.algorithms.sac.sac_config:SACConfig"),
 }
 
 
 def get_algorithm_class(name: str) -> type:
-    """The algorithm class called ``name`` (case-insensitive)."""
+    """The algorithm class called ``name`` (case-insensitive); imports torch."""
+    return _load(_registered(name).algorithm)
+
+
+def get_config_class(name: str) -> type:
+    """The config class of the algorithm called ``name`` (case-insensitive), without importing
+    the algorithm (nor torch)."""
+    return _load(_registered(name).config)
+
+
+def _registered(name: str) -> Registered:
     key = {k.upper(): k for k in ALGORITHMS}.get(str(name).upper())
     if key is None:
         raise ConfigError(f"unknown algorithm {name!r}; available: {', '.join(sorted(ALGORITHMS))}")
-    module_name, _, class_name = ALGORITHMS[key].partition(":")
+    return ALGORITHMS[key]
+
+
+def _load(path: str) -> type:
+    module_name, _, class_name = path.partition(":")
     return getattr(importlib.import_module(module_name), class_name)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
-from rltrainer.core.distributions import ActionDistribution
+if TYPE_CHECKING:  # torch: the operator checks exploration_config without it
+    from rltrainer.core.distributions import ActionDistribution
 
 
 def linear_schedule(initial: float, final: float, timesteps: int, timestep: int, start: int = 0) -> float:

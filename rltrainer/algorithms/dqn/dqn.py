@@ -1,4 +1,5 @@
-"""Deep Q-Networks: config, policy and algorithm (the training step is the off-policy one).
+"""Deep Q-Networks: policy and algorithm (the config is in ``dqn_config``; the training step
+is the off-policy one).
 
 Double Q (van Hasselt et al. 2016), dueling heads (Wang et al. 2016), n-step returns,
 prioritized replay (Schaul et al. 2016), hard or soft target updates, Huber loss.
@@ -6,61 +7,15 @@ prioritized replay (Schaul et al. 2016), hard or soft target updates, Huber loss
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from gymnasium import spaces
-from pydantic import Field, field_validator
 
-from rltrainer.algorithms.algorithm_config import AlgorithmConfig, LayerSizes
+from rltrainer.algorithms.dqn.dqn_config import DQNConfig
 from rltrainer.algorithms.dqn.dqn_learner import DQNLearner, DQNModule
-from rltrainer.algorithms.dqn.off_policy import OffPolicyAlgorithm, OffPolicyConfig
+from rltrainer.algorithms.dqn.off_policy import OffPolicyAlgorithm
 from rltrainer.core.distributions import Categorical
 from rltrainer.errors import ConfigError
 from rltrainer.policy import Policy
-
-
-class DQNConfig(OffPolicyConfig):
-    """DQN's settings; defaults follow RLlib's DQN."""
-
-    SECTIONS = {
-        **AlgorithmConfig.SECTIONS,
-        "training": AlgorithmConfig.SECTIONS["training"]
-        + OffPolicyConfig.OFF_POLICY_TRAINING
-        + ("double_q", "dueling", "hiddens", "td_error_loss_fn"),
-    }
-
-    double_q: bool = True
-    """Double Q-learning: the online network picks the next action, the target network values it."""
-    dueling: bool = True
-    """Dueling heads: ``Q = V + A - mean(A)``."""
-    hiddens: LayerSizes = Field(default_factory=lambda: [256])
-    """Hidden layers of the Q (and value) heads, after the ``model.fcnet_hiddens`` trunk."""
-    td_error_loss_fn: str = "huber"
-    """``"huber"`` (delta 1) or ``"mse"``."""
-    lr: Any = 5e-4
-    """Learning rate, or a piecewise-linear schedule ``[[timestep, value], ...]``."""
-    grad_clip: float | None = Field(40.0, gt=0)
-    """Clip gradients (see ``grad_clip_by``); ``None`` disables clipping."""
-    exploration_config: dict[str, Any] = Field(
-        default_factory=lambda: {
-            "type": "EpsilonGreedy",
-            "initial_epsilon": 1.0,
-            "final_epsilon": 0.02,
-            "epsilon_timesteps": 10_000,
-        }
-    )
-    """See ``AlgorithmConfig.exploration_config``; DQN explores epsilon-greedily."""
-
-    def __init__(self, algo_class: type | None = None, **data: Any) -> None:
-        super().__init__(algo_class or DQN, **data)
-
-    @field_validator("td_error_loss_fn")
-    @classmethod
-    def _loss_fn(cls, name: str) -> str:
-        if name not in ("huber", "mse"):
-            raise ValueError("must be 'huber' or 'mse'")
-        return name
 
 
 class DQNPolicy(Policy):
@@ -98,3 +53,6 @@ class DQN(OffPolicyAlgorithm):
     config_class = DQNConfig
     learner_class = DQNLearner
     policy_class = DQNPolicy
+
+
+__all__ = ["DQN", "DQNConfig", "DQNPolicy"]

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from rltrainer.algorithms.dqn.dqn_config import DQNConfig
 from rltrainer.core.learner import Learner
 from rltrainer.core.models import QNetwork, TargetCopy
 from rltrainer.utils.replay_buffers import ReplayBatch
@@ -35,7 +36,7 @@ class DQNModule(nn.Module):
 class DQNLearner(Learner):
     """One gradient step per replayed batch (Mnih et al. 2015; van Hasselt et al. 2016)."""
 
-    STAT_KEYS = ("qf_loss", "qf_mean", "td_error_abs_mean", "cur_lr")
+    STAT_KEYS = DQNConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

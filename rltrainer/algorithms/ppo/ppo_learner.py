@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from rltrainer.algorithms.ppo.ppo_config import PPOConfig
 from rltrainer.core.learner import Learner
 from rltrainer.env.env_runner import Rollout
 from rltrainer.utils.postprocessing import compute_gae
@@ -26,17 +27,7 @@ class PPOBatch(NamedTuple):
 class PPOLearner(Learner):
     """Minibatch SGD over several epochs of one sampled batch (Schulman et al. 2017)."""
 
-    STAT_KEYS = (
-        "policy_loss",
-        "vf_loss",
-        "entropy",
-        "kl",
-        "clipfrac",
-        "vf_explained_var",
-        "total_loss",
-        "cur_lr",
-        "cur_kl_coeff",
-    )
+    STAT_KEYS = PPOConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rltrainer.algorithms.sac.sac_config import SACConfig
 from rltrainer.core.learner import ADAM_EPS, Learner
 from rltrainer.core.models import ContinuousQ, PolicyMLP, QNetwork, TargetCopy
 from rltrainer.core.optim import Adam, FlatParameters
@@ -77,7 +78,7 @@ def min_q(critics: list[nn.Module], *inputs: torch.Tensor) -> torch.Tensor:
 class SACLearner(Learner):
     """Per replayed batch: one critic step, one actor step, one temperature step, a target update."""
 
-    STAT_KEYS = ("critic_loss", "actor_loss", "alpha_loss", "alpha_value", "mean_q", "entropy")
+    STAT_KEYS = SACConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
 
     def __init__(self, module: SACModule, dist_class: type, config: Any, device: str = "cpu") -> None:
         # Three optimizers over disjoint parameters, so the base class's single one is not built.

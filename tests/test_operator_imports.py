@@ -1,0 +1,133 @@
+"""The operator imports neither torch nor Ray: its image installs neither (images/operator).
+
+``run_without_torch`` runs code in a subprocess where importing ``torch`` or ``ray`` (or any of
+their submodules) raises ``ImportError``; there the operator imports, validates experiments of
+every algorithm with rltrainer's config classes, and leaves both out of ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rltrainer.algorithms.registry import ALGORITHMS
+
+ROOT = Path(__file__).resolve().parents[1]
+MINIMAL = ROOT / "tests" / "operator" / "data" / "minimal.yaml"
+
+BLOCK_TORCH_AND_RAY = """
+import sys
+
+class _Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("torch", "ray"):
+            raise ImportError(f"{name} is blocked: the operator must not import it")
+        return None
+
+sys.meta_path.insert(0, _Blocked())
+"""
+
+# Per algorithm: config keys of its own (checked by its config class), and a stop key that only
+# its learner reports (checked against the config's STAT_KEYS).
+SPECS = {
+    "PPO": {"config": {"lambda": 0.95, "num_sgd_iter": 4, "lr": [[0, 1e-3], [1000, 1e-4]]}, "stop": "kl"},
+    "DQN": {
+        "config": {
+            "exploration_config": {"epsilon_timesteps": 500},
+            "replay_buffer_config": {"capacity": 100},
+        },
+        "stop": "qf_loss",
+    },
+    "SAC": {"config": {"optimization_config": {"actor_learning_rate": 1e-3}}, "stop": "critic_loss"},
+}
+
+
+def run_without_torch(code: str, stdin: Any) -> Any:
+    """Run ``code`` with torch and Ray unimportable, ``stdin`` as JSON; its last stdout line as JSON."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "operator")])}
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_TORCH_AND_RAY + textwrap.dedent(code)],
+        input=json.dumps(stdin),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def experiment(algorithm: str, config: dict[str, Any], stop: dict[str, Any]) -> dict[str, Any]:
+    body = yaml.safe_load(MINIMAL.read_text())
+    body["spec"].update(algorithm=algorithm, config=copy.deepcopy(config), stop=stop)
+    return body
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_operator_imports_and_validates_without_torch_or_ray(algorithm: str) -> None:
+    spec = SPECS[algorithm]
+    stop = {spec["stop"]: 1.0, "episode_reward_mean": 100}
+    bodies = {
+        "valid": experiment(algorithm, spec["config"], stop),
+        "bad-config": experiment(algorithm, {**spec["config"], "gama": 0.9}, stop),
+        "bad-stop": experiment(algorithm, spec["config"], {**stop, "reward": 1}),
+    }
+    outcome = run_without_torch(
+        """
+        import json
+        import rltrainer_operator.handlers
+        from rltrainer_operator.validation import InvalidSpec, validate_experiment
+
+        fields = {}
+        for name, body in json.load(sys.stdin).items():
+            try:
+                validate_experiment(body)
+                fields[name] = None
+            except InvalidSpec as err:
+                fields[name] = err.field
+        heavy = sorted(m for m in sys.modules if m.partition(".")[0] in ("torch", "ray"))
+        print(json.dumps({"fields": fields, "heavy": heavy}))
+        """,
+        bodies,
+    )
+    assert outcome["heavy"] == []
+    assert outcome["fields"] == {
+        "valid": None,
+        "bad-config": "spec.config.gama",
+        "bad-stop": "spec.stop.reward",
+    }
+
+
+def test_configs_import_without_torch_and_still_build_their_algorithm() -> None:
+    imported = run_without_torch(
+        """
+        import json
+        from rltrainer.algorithms.ppo import PPOConfig
+        from rltrainer.algorithms.dqn.dqn_config import DQNConfig
+        from rltrainer.algorithms.sac import SACConfig
+
+        print(json.dumps([c.ALGORITHM for c in (PPOConfig, DQNConfig, SACConfig)]))
+        """,
+        None,
+    )
+    assert imported == ["PPO", "DQN", "SAC"]
+    from rltrainer.algorithms.ppo import PPO, PPOConfig, ppo
+
+    assert ppo.PPOConfig is PPOConfig  # the old import path still works
+    algo = PPOConfig().environment("CartPole-v1").build()
+    try:
+        assert isinstance(algo, PPO)
+        assert PPO.result_keys() == PPOConfig.result_keys()  # one STAT_KEYS, the config's
+    finally:
+        algo.stop()
