@@ -12,6 +12,7 @@ its ``result.json`` and ``progress.csv``, so they go on growing in place.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import logging
 import math
@@ -22,9 +23,11 @@ from typing import Any
 from rltrainer.storage import Storage, StorageError
 
 
+@functools.cache
 def _import_tensorboardx() -> tuple[type, type]:
     """tensorboardX without its optional S3 writer: that imports boto3 eagerly (~0.1 s of every
-    run's start-up), and rltrainer uploads result files itself (see ResultLogger)."""
+    run's start-up), and rltrainer uploads result files itself (see ResultLogger). Imported when
+    the first ResultLogger is made: the operator reads this module's key tables without it."""
     hidden = "boto3" not in sys.modules
     if hidden:
         sys.modules["boto3"] = None  # type: ignore[assignment]  # makes `import boto3` fail fast
@@ -36,8 +39,6 @@ def _import_tensorboardx() -> tuple[type, type]:
             del sys.modules["boto3"]
     return SummaryWriter, Summary
 
-
-SummaryWriter, Summary = _import_tensorboardx()
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,8 @@ class ResultLogger:
         self._csv_fields = _csv_header(self._csv_path)
         self._csv_file = open(self._csv_path, "a", newline="")  # noqa: SIM115
         self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields)
-        self._tb = SummaryWriter(str(trial_dir), flush_secs=30)
+        summary_writer, self._summary = _import_tensorboardx()
+        self._tb = summary_writer(str(trial_dir), flush_secs=30)
 
     def log(self, result: dict[str, Any]) -> None:
         self._json.write(json.dumps(_json_safe(result), allow_nan=False) + "\n")
@@ -136,11 +138,11 @@ class ResultLogger:
         self._csv_file.flush()
         # One Summary with every scalar: a protobuf per scalar (add_scalar) costs ~4 ms/iteration.
         values = [
-            Summary.Value(tag=f"rltrainer/{key}", simple_value=float(value))
+            self._summary.Value(tag=f"rltrainer/{key}", simple_value=float(value))
             for key, value in flat.items()
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         ]
-        self._tb.file_writer.add_summary(Summary(value=values), int(result.get("timesteps_total", 0)))
+        self._tb.file_writer.add_summary(self._summary(value=values), int(result.get("timesteps_total", 0)))
         if self.storage is not None:
             self._tb.flush()
             self.upload()

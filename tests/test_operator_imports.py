@@ -1,7 +1,7 @@
 """The operator imports neither torch nor Ray: its image installs neither (images/operator).
 
-``run_without_torch`` runs code in a subprocess where importing ``torch`` or ``ray`` (or any of
-their submodules) raises ``ImportError``; there the operator imports, validates experiments of
+``run_without_torch`` runs code in a subprocess where importing ``torch``, ``ray`` or
+``tensorboardX`` (or any of their submodules) raises ``ImportError``; there the operator imports, validates experiments of
 every algorithm with rltrainer's config classes, and leaves both out of ``sys.modules``.
 """
 
@@ -29,7 +29,7 @@ import sys
 
 class _Blocked:
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in ("torch", "ray"):
+        if name.partition(".")[0] in ("torch", "ray", "tensorboardX"):
             raise ImportError(f"{name} is blocked: the operator must not import it")
         return None
 
