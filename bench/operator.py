@@ -89,7 +89,9 @@ def main() -> None:
         client = kubernetes.client.CustomObjectsApi(api_client)
         kuberay = FakeKubeRay(client, ray_jobs.port)
         stop_kuberay = kuberay.run_in_background([NAMESPACE], interval_s=0.5)
-        settings = dataclasses.replace(Settings(), poll_interval_s=args.poll_interval, metrics_port=0)
+        settings = dataclasses.replace(
+            Settings(), poll_interval_s=args.poll_interval, metrics_port=0, ray_token_key="bench-key"
+        )
         runner = OperatorRunner(
             kubeconfig=plane.kubeconfig, namespaces=[NAMESPACE], settings=settings
         ).start()

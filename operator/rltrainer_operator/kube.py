@@ -4,7 +4,9 @@ It uses the ``kubernetes`` client's custom-objects API (KubeRay publishes no Pyt
 PyPI) and translates the API's answers into what the reconciler needs: 404 on get/delete is
 "absent", 409 on create is "already there" (idempotency after an operator restart), and any
 other failure is a ``kopf.TemporaryError`` so kopf retries later. Patches to custom resources
-are JSON merge patches (custom resources support no strategic merge).
+are JSON merge patches (custom resources support no strategic merge). The core API serves one
+call: creating each experiment's Ray token Secret (the operator may create Secrets, never read
+them).
 """
 
 from __future__ import annotations
@@ -78,11 +80,12 @@ REQUIRED_RESOURCES = (
 
 
 class Kube:
-    """RayClusters and RLExperiments, with idempotent create/delete."""
+    """RayClusters and RLExperiments, with idempotent create/delete; Secrets, create only."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         self.api_client = api_client
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.core = kubernetes.client.CoreV1Api(api_client)
 
     def missing_resources(self) -> list[str]:
         """The required resources the API server does not serve (a CRD not installed), each as
@@ -142,6 +145,21 @@ class Kube:
     def delete_raycluster(self, namespace: str, name: str) -> bool:
         """Delete (foreground: its pods go first). False when it was already gone."""
         return self._delete(RAY_GROUP, RAY_VERSION, RAY_PLURAL, namespace, name, "RayCluster")
+
+    # --- Secrets (create only) --------------------------------------------------------------
+    def create_secret(self, body: dict[str, Any]) -> bool:
+        """Create; False when it already exists (it is never read back: the operator has no
+        permission to)."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            self.core.create_namespaced_secret(namespace, body)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise _temporary(f"create Secret {namespace}/{name}", err) from None
+        except TRANSPORT_ERRORS as err:
+            raise _temporary(f"create Secret {namespace}/{name}", err) from None
+        return True
 
     # --- RLExperiments ---------------------------------------------------------------------
     def patch_experiment_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:

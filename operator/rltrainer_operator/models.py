@@ -243,6 +243,18 @@ class FaultTolerance(_Model):
     """Recreate a crashed env runner instead of failing the iteration."""
     maxEnvRunnerRestarts: int = Field(default=1000, ge=0)
     """Env runner restarts allowed per run before the job fails."""
+    envRunnerRestartDelaySeconds: int = Field(default=60, ge=0)
+    """Seconds between a crashed env runner and its replacement (training goes on meanwhile;
+    rltrainer's and RLlib's ``delay_between_env_runner_restarts_s``)."""
+
+
+class RayAuth(_Model):
+    """How the operator and the Ray pods authenticate to the cluster's Ray APIs."""
+
+    mode: Literal["token", "disabled"] = "token"
+    """token: Ray's token authentication (Ray 2.52 or newer, KubeRay ``authOptions``): every
+    request to the dashboard and job API needs the cluster's token, which the operator keeps
+    in a Secret ``<cluster>-ray-token`` owned by the experiment; disabled: for older images."""
 
 
 class ExperimentSpec(_Model):
@@ -285,6 +297,8 @@ class ExperimentSpec(_Model):
     """The Ray head pod."""
     faultTolerance: FaultTolerance = Field(default_factory=FaultTolerance)
     """Restart policy."""
+    rayAuth: RayAuth = Field(default_factory=RayAuth)
+    """Authentication to the Ray cluster (token by default)."""
     activeDeadlineSeconds: int | None = Field(default=None, ge=1)
     """Fail the experiment (reason DeadlineExceeded) when it runs longer than this."""
     ttlSecondsAfterFinished: int | None = Field(default=None, ge=0)
@@ -371,7 +385,10 @@ class ExperimentStatus(_Model):
     restarts: int = 0
     """Times the experiment was restarted (failed job or lost cluster)."""
     envRunnerRestarts: int | None = None
-    """Env runners the current driver recreated after they failed (the job went on)."""
+    """Env runners recreated after they failed (the job went on), over every attempt."""
+    driverEnvRunnerRestarts: int | None = None
+    """The current driver's own count of those, as last read (each attempt starts at 0):
+    envRunnerRestarts adds its increases, and a drop means a new driver (a counter reset)."""
     healthyEnvRunners: int | None = None
     """Env runners the current driver has that answer."""
     startTime: str | None = None

@@ -2,6 +2,8 @@
 
 Plain HTTP (urllib) rather than ``ray.job_submission``: the operator image stays free of Ray,
 and every call has a timeout. Job states are Ray's: PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED.
+With a token (a cluster with Ray's token authentication) every call carries
+``Authorization: Bearer <token>``; Ray answers 401/403 without the right one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ class RayJobError(Exception):
     """The job API answered with an error."""
 
 
+class RayAuthError(RayJobError):
+    """The job API rejected the operator's token (HTTP 401/403)."""
+
+
 @dataclass(frozen=True)
 class JobInfo:
     submission_id: str
@@ -36,27 +42,43 @@ class JobInfo:
 
 
 class RayJobClient:
-    """Talks to ``<address>/api/jobs/``; ``address`` like ``http://10.0.0.5:8265``."""
+    """Talks to ``<address>/api/jobs/``; ``address`` like ``http://10.0.0.5:8265``; ``token``:
+    the cluster's Ray auth token (None: a cluster without authentication)."""
 
-    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, timeout_s: float = 10.0, token: str | None = None) -> None:
         self.address = address.rstrip("/")
         self.timeout_s = timeout_s
+        self._token = token
+
+    def __repr__(self) -> str:  # never the token
+        return f"RayJobClient({self.address!r}, token={'set' if self._token else None})"
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            f"{self.address}{path}",
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json"} if data else {},
-        )
+        headers = {"Content-Type": "application/json"} if data else {}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(f"{self.address}{path}", data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return response.status, _json(response.read())
         except urllib.error.HTTPError as err:
-            return err.code, _json(err.read())
+            code, answer = err.code, _json(err.read())
         except (urllib.error.URLError, OSError, TimeoutError) as err:
             raise RayUnreachableError(f"Ray job API at {self.address} unreachable: {err}") from None
+        if code in (401, 403):
+            raise RayAuthError(self._rejected(code, answer))
+        return code, answer
+
+    def _rejected(self, code: int, answer: Any) -> str:
+        if not self._token:
+            what = "wants a token and the operator sent none (a cluster with rayAuth.mode: token?)"
+        else:
+            what = (
+                "rejected the operator's token (the cluster's <cluster>-ray-token Secret must hold "
+                "the token derived from RLTRAINER_OPERATOR_RAY_TOKEN_KEY: was the key changed?)"
+            )
+        return f"the Ray job API at {self.address} {what}: HTTP {code}: {_detail(answer)}"
 
     def get(self, submission_id: str) -> JobInfo | None:
         """The job, or None when the cluster has no job with that id."""

@@ -14,6 +14,10 @@ done twice.
 
 The Kubernetes API is reached only through ``kube.Kube``, Ray only through ``ray_jobs``, S3 only
 through the progress reader; all three are injected so tests can drive every transition.
+
+Ray token authentication (``rayAuth.mode: token``): a cluster's token Secret is created just
+before the cluster (``builders.ray_token``), and the token is derived again from the operator's
+key and the experiment's uid for every job API call: nothing secret is kept or read back.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 from rltrainer_operator.builders import job as job_builder
 from rltrainer_operator.builders.naming import job_id, raycluster_name
+from rltrainer_operator.builders.ray_token import build_token_secret, ray_token
 from rltrainer_operator.builders.raycluster import (
     ROLLOUTS_GROUP,
     build_raycluster,
@@ -36,11 +41,18 @@ from rltrainer_operator.builders.raycluster import (
 from rltrainer_operator.kube import Kube
 from rltrainer_operator.models import (
     CONDITION_TYPES,
+    KIND,
     ExperimentSpec,
     ExperimentStatus,
     Phase,
 )
-from rltrainer_operator.ray_jobs import JobInfo, RayJobClient, RayJobError, RayUnreachableError
+from rltrainer_operator.ray_jobs import (
+    JobInfo,
+    RayAuthError,
+    RayJobClient,
+    RayJobError,
+    RayUnreachableError,
+)
 from rltrainer_operator.settings import Settings
 from rltrainer_operator.validation import InvalidSpec, validate_experiment
 
@@ -48,7 +60,17 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime.datetime]
 ProgressReader = Callable[[ExperimentSpec, str, str], "dict[str, Any] | None"]
-JobClientFactory = Callable[[str], RayJobClient]
+#: ``(address, token=...) -> client`` (``RayJobClient``).
+JobClientFactory = Callable[..., RayJobClient]
+#: Failures that a new spec generation retries (the spec may have been fixed).
+RETRIED_ON_SPEC_CHANGE = frozenset({"InvalidSpec", "RayTokenKeyMissing"})
+#: Why an experiment with rayAuth.mode token cannot run on an operator without a key.
+TOKEN_KEY_MISSING = (
+    "spec.rayAuth.mode is token, but the operator has no RLTRAINER_OPERATOR_RAY_TOKEN_KEY to "
+    "derive the cluster's Ray token from (the Helm chart sets it: rayToken.create, or "
+    "rayToken.existingSecret); give the operator the key and then edit the spec or recreate "
+    "the experiment, or set spec.rayAuth.mode: disabled"
+)
 
 
 @dataclasses.dataclass
@@ -149,12 +171,26 @@ class Reconciler:
         if delete:
             self.kube.delete_raycluster(namespace, cluster_name)
 
+    def job_api(self, raycluster: dict[str, Any]) -> RayJobClient:
+        """The cluster's job API client, with the cluster's token when it wants one."""
+        return self.job_client(self.dashboard_url(raycluster), token=self.cluster_token(raycluster))
+
+    def cluster_token(self, raycluster: dict[str, Any]) -> str | None:
+        """The Ray token of a cluster created with ``authOptions.mode: token`` (the mode it was
+        created with, whatever the spec says now): derived from its owning experiment's uid."""
+        auth = (raycluster.get("spec") or {}).get("authOptions") or {}
+        owners = raycluster["metadata"].get("ownerReferences") or []
+        uid = next((ref.get("uid") for ref in owners if ref.get("kind") == KIND), None)
+        if auth.get("mode") != "token" or not uid or not self.settings.ray_token_key:
+            return None
+        return ray_token(self.settings.ray_token_key, uid)
+
     def stop_job(self, raycluster: dict[str, Any], submission_id: str | None) -> None:
         """Ask the cluster's job API to stop the job (best effort: a dead head has no job to stop)."""
         if not submission_id or not cluster_ready(raycluster):
             return
         try:
-            self.job_client(self.dashboard_url(raycluster)).stop(submission_id)
+            self.job_api(raycluster).stop(submission_id)
         except (RayUnreachableError, RayJobError) as err:
             logger.info("could not stop job %s: %s", submission_id, err)
 
@@ -253,7 +289,7 @@ class _Step:
         if self.meta.get("deletionTimestamp"):
             return  # the finalizer handles it
         phase = self.status.phase
-        if phase == Phase.FAILED and not self._invalid_spec_was_changed():
+        if phase == Phase.FAILED and not self._fixable_failure_was_changed():
             return self._finished()
         if phase == Phase.SUCCEEDED:
             return self._finished()
@@ -263,6 +299,8 @@ class _Step:
             return self._fail("InvalidSpec", str(err))
         if self.spec.suspend:
             return self._suspend()
+        if self.spec.rayAuth.mode == "token" and not self.r.settings.ray_token_key:
+            return self._fail("RayTokenKeyMissing", TOKEN_KEY_MISSING)
         if phase == Phase.SUSPENDED or (phase == Phase.FAILED):
             # Resumed (suspend: false) or fixed after InvalidSpec: start over, from the newest checkpoint.
             self.status.startTime = None
@@ -277,10 +315,13 @@ class _Step:
         }[phase]
         handler()
 
-    def _invalid_spec_was_changed(self) -> bool:
-        """Failed for an invalid spec, and the spec changed since (it may be fixed now)."""
+    def _fixable_failure_was_changed(self) -> bool:
+        """Failed for an invalid spec (or a missing token key), and the spec changed since (it
+        may be fixed now)."""
         return any(
-            c.type == "Failed" and c.reason == "InvalidSpec" and c.observedGeneration != self.generation
+            c.type == "Failed"
+            and c.reason in RETRIED_ON_SPEC_CHANGE
+            and c.observedGeneration != self.generation
             for c in self.status.conditions
         )
 
@@ -301,6 +342,9 @@ class _Step:
         if cluster is not None and (cluster["metadata"].get("deletionTimestamp") or not self._owns(cluster)):
             return None  # going away, or a deleted namesake's cluster the GC has yet to remove
         if cluster is None:
+            if self.spec.rayAuth.mode == "token":  # the Secret first: the pods read it at start
+                token = ray_token(self.r.settings.ray_token_key, self.meta["uid"])
+                self.r.kube.create_secret(build_token_secret(self.body, name, token))
             cluster = self.r.kube.create_raycluster(build_raycluster(self.body, self.spec, self.r.settings))
         return cluster
 
@@ -330,11 +374,15 @@ class _Step:
             self.spec, self.namespace, self.name, self.r.settings, submission_id, self.status.lastCheckpoint
         )
         try:
-            self.r.job_client(self.r.dashboard_url(cluster)).submit(body)
+            self.r.job_api(cluster).submit(body)
         except (RayUnreachableError, RayJobError) as err:
             logger.info("%s/%s: job API not answering yet: %s", self.namespace, self.name, err)
-            if self.status.phase != Phase.PROVISIONING:
-                self.transition(Phase.PROVISIONING, "WaitingForJobAPI", str(err))
+            # A rejected token does not go away by waiting: said once, as a warning (the
+            # provisioning timeout then restarts the experiment, as for any unready cluster).
+            rejected = isinstance(err, RayAuthError)
+            if self.status.phase != Phase.PROVISIONING or (rejected and self.status.message != str(err)):
+                reason = "RayTokenRejected" if rejected else "WaitingForJobAPI"
+                self.transition(Phase.PROVISIONING, reason, str(err), warning=rejected)
             return
         self.status.jobId = submission_id
         resumed = f", resuming from {self.status.lastCheckpoint}" if self.status.lastCheckpoint else ""
@@ -348,7 +396,7 @@ class _Step:
         if not cluster_condition(cluster, "HeadPodReady"):
             return self._restart("ClusterLost", f"the head of {self.status.rayClusterName} is down", True)
         try:
-            job = self.r.job_client(self.r.dashboard_url(cluster)).get(self.status.jobId or "")
+            job = self.r.job_api(cluster).get(self.status.jobId or "")
         except (RayUnreachableError, RayJobError) as err:
             logger.info("%s/%s: job API: %s (will retry)", self.namespace, self.name, err)
             return
@@ -463,8 +511,25 @@ class _Step:
         self.status.timesteps = progress.get("timesteps", self.status.timesteps)
         self.status.episodeReturnMean = progress.get("episode_return_mean", self.status.episodeReturnMean)
         self.status.lastCheckpoint = progress.get("last_checkpoint") or self.status.lastCheckpoint
-        self.status.envRunnerRestarts = progress.get("num_env_runner_restarts")
+        self._count_env_runner_restarts(progress.get("num_env_runner_restarts"))
         self.status.healthyEnvRunners = progress.get("num_healthy_env_runners")
+
+    def _count_env_runner_restarts(self, driver_count: int | None) -> None:
+        """Add the driver's new env-runner restarts to the experiment's total.
+
+        Each driver attempt counts from 0, and ``progress.json`` keeps the previous driver's
+        numbers until the new one writes: so, like a Prometheus counter, the total grows by
+        the increase since the last read, and a count below the last one is a new driver's
+        (a reset), all of it new. A status from before this field counted the current driver.
+        """
+        if driver_count is None:
+            return
+        last = self.status.driverEnvRunnerRestarts
+        if last is None:
+            last = self.status.envRunnerRestarts or 0
+        increase = driver_count - last if driver_count >= last else driver_count
+        self.status.envRunnerRestarts = (self.status.envRunnerRestarts or 0) + increase
+        self.status.driverEnvRunnerRestarts = driver_count
 
 
 def _attempt_of(submission_id: str | None) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rltrainer import __version__
@@ -37,19 +37,23 @@ class Settings:
     """The Ray dashboard (job API) port on the head service."""
     cluster_domain: str = "cluster.local"
     """The cluster's DNS domain, for ``<head-svc>.<namespace>.svc.<domain>``."""
+    ray_token_key: str = field(default="", repr=False)
+    """The secret each experiment's Ray token is derived from (``rayAuth.mode: token``): the
+    chart generates it once and keeps it in a Secret. Never logged (not in ``repr``); empty:
+    token-mode experiments fail, saying so."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Settings from ``RLTRAINER_OPERATOR_*`` variables; a malformed value is an error naming it."""
         environ = os.environ if environ is None else environ
         values = {}
-        for field in fields(cls):
-            name = PREFIX + field.name.upper()
+        for setting in fields(cls):
+            name = PREFIX + setting.name.upper()
             if name not in environ:
                 continue
-            kind = type(field.default)
+            kind = type(setting.default)
             try:
-                values[field.name] = kind(environ[name])
+                values[setting.name] = kind(environ[name])
             except ValueError:
                 raise ValueError(f"{name}={environ[name]!r} is not a valid {kind.__name__}") from None
         return cls(**values)

@@ -3,7 +3,8 @@
 ``validate_experiment`` parses the body with the pydantic models (the same rules the CRD's
 schema gives the API server) and then checks with rltrainer itself: the algorithm's ``config``
 keys and values, the ``stop`` keys, and that ``config`` leaves alone what the spec owns
-(replicas, resources, storage, checkpointing, fault tolerance, the env). Every problem is an
+(replicas, resources, storage, checkpointing, fault tolerance, the env), and that
+``rayAuth.mode: token`` has a Ray that supports it. Every problem is an
 ``InvalidSpec`` naming the field. Pure: no API calls, and nothing from the trainer image is
 imported (a custom exploration class is checked by the driver, where it lives).
 """
@@ -57,8 +58,12 @@ OWNED_CONFIG_KEYS: dict[str, str] = {
     "num_to_keep": "spec.checkpoint.numToKeep",
     "restart_failed_env_runners": "spec.faultTolerance.restartFailedEnvRunners",
     "max_num_env_runner_restarts": "spec.faultTolerance.maxEnvRunnerRestarts",
+    "delay_between_env_runner_restarts_s": "spec.faultTolerance.envRunnerRestartDelaySeconds",
     "placement_timeout_s": "the operator (its provision timeout: worker pods may still be starting)",
 }
+
+#: The first Ray release with token authentication (``RAY_AUTH_MODE=token``).
+RAY_TOKEN_AUTH_SINCE = (2, 52, 0)
 
 #: What the models' patterns mean, for messages.
 _PATTERNS = {
@@ -93,6 +98,7 @@ def validate_experiment(body: Mapping[str, Any]) -> RLExperiment:
     _check_json("spec.config", spec.config)
     _check_config(spec)
     _check_stop(spec)
+    _check_ray_auth(spec)
     return experiment
 
 
@@ -139,6 +145,18 @@ def _check_stop(spec: ExperimentSpec) -> None:
             resolve_stop({key: value}, config_class)
         except ConfigError as err:
             raise InvalidSpec(f"spec.stop.{key}", str(err)) from None
+
+
+def _check_ray_auth(spec: ExperimentSpec) -> None:
+    """Token authentication needs a Ray that has it (the image's ``rayVersion``)."""
+    version = tuple(int(part) for part in spec.rayVersion.split("."))
+    if spec.rayAuth.mode == "token" and version < RAY_TOKEN_AUTH_SINCE:
+        since = ".".join(map(str, RAY_TOKEN_AUTH_SINCE))
+        raise InvalidSpec(
+            "spec.rayAuth.mode",
+            f"token needs Ray {since} or newer, and spec.rayVersion is {spec.rayVersion}: "
+            "use an image with a newer Ray, or set rayAuth.mode: disabled",
+        )
 
 
 def _check_json(path: str, value: dict[str, Any]) -> None:

@@ -11,10 +11,14 @@ From the operator's design (``rltrainer_operator.kube`` and kopf ``--standalone`
   operator deletes an experiment only for ``ttlSecondsAfterFinished``;
 - one RayCluster per experiment: read, create, patch (scale the rollout group), delete, and
   list/watch (a cluster turning ready or losing its head triggers a reconcile at once);
-- events on the experiments (core ``v1`` events: kopf's ``kopf.event`` and the operator's own).
+- events on the experiments (core ``v1`` events: kopf's ``kopf.event`` and the operator's own);
+- one Secret per experiment with ``rayAuth.mode: token``, ``<cluster>-ray-token``: created
+  (a 409 means it is there already), never read, updated or deleted (it is owned by the
+  experiment: the garbage collector deletes it); the token in it is derived, so the operator
+  never needs it back.
 
-Nothing else: the operator never reads Secrets (pods get S3 credentials through
-``secretKeyRef``) or Pods. ``tests/operator/test_rbac.py`` records what the operator really
+Nothing else: the operator never reads Secrets (pods get S3 credentials and the Ray token
+through ``secretKeyRef``) or Pods. ``tests/operator/test_rbac.py`` records what the operator really
 requests through a whole life cycle and checks it against this table and the rendered chart.
 """
 
@@ -30,4 +34,5 @@ OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = {
     ("rltrainer.io", "rlexperiments/status"): frozenset({"patch"}),
     ("ray.io", "rayclusters"): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
     ("", "events"): frozenset({"create"}),
+    ("", "secrets"): frozenset({"create"}),
 }

@@ -8,6 +8,7 @@ against the Kubernetes schemas (kubernetes-validate); the default render is a go
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -38,6 +39,8 @@ from tests.charts.helpers import (
 )
 
 GOLDEN = ROOT / "tests" / "charts" / "data" / "default.yaml"
+#: The operator's Ray token key in the chart's Secret: random on every fresh render.
+RANDOM_KEY = re.compile(r'^(  ray-token-key: )"[A-Za-z0-9+/=]+"$', re.MULTILINE)
 SERVICE_ACCOUNT = (NAMESPACE, RELEASE)  # the release name already names the chart
 #: The Kubernetes versions the manifests must be valid for: the chart's minimum and the newest.
 KUBE_VERSIONS = ["1.28.0", kubernetes_validate.latest_version()]
@@ -88,6 +91,8 @@ CASES: dict[str, dict[str, Any]] = {
         "podAnnotations": {"example.com/team": "platform"},
         "priorityClassName": "system-cluster-critical",
     },
+    "ray-token-existing-secret": {"rayToken": {"existingSecret": "operator-ray-key", "secretKey": "key"}},
+    "ray-token-off": {"rayToken": {"create": False}},
 }
 
 
@@ -148,7 +153,7 @@ def test_chart_crd_is_the_top_level_crd() -> None:
 
 
 def test_default_render_matches_golden_file() -> None:
-    rendered = dump(render())
+    rendered = RANDOM_KEY.sub(r'\1"<random>"', dump(render()))
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(rendered)
     assert rendered == GOLDEN.read_text(), "the default render changed: UPDATE_GOLDEN=1 to accept it"
@@ -221,17 +226,19 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace(
 
 def test_rbac_and_service_account_can_be_left_to_the_platform() -> None:
     objects = render_objects(CASES["rbac-off"])
-    assert {obj["kind"] for obj in objects} == {"Deployment", "Service"}
+    assert {obj["kind"] for obj in objects} == {"Deployment", "Service", "Secret"}
     assert deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == "platform-sa"
 
 
-def test_no_wildcards_secrets_or_peering() -> None:
+def test_no_wildcards_secret_reads_or_peering() -> None:
     for case in ("default", "namespaced"):
         granted = granted_permissions(render_objects(CASES[case]), SERVICE_ACCOUNT)
         assert granted
         for permission in granted:
             assert "*" not in permission[:3], permission
-            assert permission.resource not in {"secrets", "pods", "configmaps", "leases"}, permission
+            assert permission.resource not in {"pods", "configmaps", "leases"}, permission
+            # Secrets: only created (each experiment's Ray token), never read, listed or watched.
+            assert permission.resource != "secrets" or permission.verb == "create", permission
             assert permission.api_group != "kopf.dev", permission  # --standalone: no peering
 
 
@@ -246,6 +253,7 @@ def test_every_operator_call_is_allowed(case: str) -> None:
         ("rltrainer.io", "rlexperiments/status"): experiments,
         ("ray.io", "rayclusters"): f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters",
         ("", "events"): f"/api/v1/namespaces/{namespace}/events",
+        ("", "secrets"): f"/api/v1/namespaces/{namespace}/secrets",
     }
     requests = {
         "get": ("GET", "/x"),
@@ -296,7 +304,7 @@ def test_operator_settings_come_from_the_chart() -> None:
     """Every RLTRAINER_OPERATOR_* variable names a Settings field and parses; all fields are set."""
     objects = render_objects()
     env = env_values(objects)
-    ours = {name for name in env if name.startswith(PREFIX)}
+    ours = {item["name"] for item in container(objects)["env"] if item["name"].startswith(PREFIX)}
     assert ours == {PREFIX + field.upper() for field in Settings.__dataclass_fields__}
     settings = Settings.from_env(env)
     assert settings.metrics_host == "0.0.0.0" and settings.metrics_port == 8081
@@ -371,8 +379,41 @@ def test_s3_credentials_and_scheduling() -> None:
     assert "nodeAffinity" in pod["affinity"]
     assert pod["priorityClassName"] == "system-cluster-critical"
     # Without a Secret: no AWS variables, the service account's workload identity is used.
-    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(env_values(render_objects()))
-    assert all("valueFrom" not in item for item in container(render_objects())["env"])
+    default_env = container(render_objects())["env"]
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & {item["name"] for item in default_env}
+    assert [item["name"] for item in default_env if "valueFrom" in item] == [
+        "RLTRAINER_OPERATOR_RAY_TOKEN_KEY"
+    ]
+
+
+def _token_key_ref(objects: list[dict[str, Any]]) -> dict[str, Any] | None:
+    env = {item["name"]: item for item in container(objects)["env"]}
+    item = env.get("RLTRAINER_OPERATOR_RAY_TOKEN_KEY")
+    return item["valueFrom"]["secretKeyRef"] if item else None
+
+
+def test_ray_token_key_is_generated_into_a_kept_secret() -> None:
+    objects = render_objects()
+    (secret,) = of_kind(objects, "Secret")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert _token_key_ref(objects) == {"name": secret["metadata"]["name"], "key": "ray-token-key"}
+    key = base64.b64decode(secret["data"]["ray-token-key"])
+    assert len(key) == 64 and key.isalnum()
+    # A fresh install draws a new key (an upgrade keeps the installed one: Helm's lookup).
+    (again,) = of_kind(render_objects(), "Secret")
+    assert again["data"] != secret["data"]
+
+
+def test_ray_token_key_from_an_existing_secret_or_off() -> None:
+    objects = render_objects(CASES["ray-token-existing-secret"])
+    assert not of_kind(objects, "Secret")
+    assert _token_key_ref(objects) == {"name": "operator-ray-key", "key": "key"}
+    objects = render_objects(CASES["ray-token-off"])
+    assert not of_kind(objects, "Secret") and _token_key_ref(objects) is None
+    # Without a key, experiments need rayAuth.mode: disabled: the notes say so.
+    notes = "rltrainer-operator/templates/NOTES.txt"
+    assert "rayAuth.mode: disabled" in render(CASES["ray-token-off"])[notes]
+    assert "rayAuth" not in render()[notes]
 
 
 def test_metrics_on_with_service_monitor() -> None:
@@ -429,6 +470,7 @@ def test_notes_give_next_steps() -> None:
         ({"metrics": {"serviceMonitor": {"enable": True}}}, "additional properties 'enable' not allowed"),
         ({"s3": {"endpointURL": "minio:9000"}}, "at '/s3/endpointURL'"),
         ({"operator": {"pollIntervalSeconds": 0}}, "at '/operator/pollIntervalSeconds'"),
+        ({"rayToken": {"create": "yes"}}, "at '/rayToken/create': got string, want boolean"),
         (
             {"serviceAccount": {"annotations": {"a": 1}}},
             "at '/serviceAccount/annotations/a': got number, want string",

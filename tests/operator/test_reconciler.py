@@ -39,7 +39,8 @@ class Operator:
         self.kube = kube
         self.clock = Clock()
         self.progress: dict[tuple[str, str], dict[str, Any]] = {}
-        self.settings = Settings(**{"provision_timeout_s": 60.0, "backoff_base_s": 10.0, **settings})
+        defaults = {"provision_timeout_s": 60.0, "backoff_base_s": 10.0, "ray_token_key": "test-key"}
+        self.settings = Settings(**{**defaults, **settings})
         self.ns = kube.ns
         self.api_client = make_api_client(kubeconfig=kube.kubeconfig)
         self.reconciler = Reconciler(

@@ -51,6 +51,21 @@ app.kubernetes.io/instance: {{ .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- printf "%s-metrics" (include "rltrainer-operator.fullname" . | trunc 55 | trimSuffix "-") -}}
 {{- end -}}
 
+{{/* The chart's Secret with the operator's Ray token key: "<full name>-ray-token-key", within 63. */}}
+{{- define "rltrainer-operator.rayTokenKeySecretName" -}}
+{{- printf "%s-ray-token-key" (include "rltrainer-operator.fullname" . | trunc 49 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The Secret the operator's Ray token key comes from: rayToken.existingSecret, else the
+chart's when rayToken.create, else none (empty). */}}
+{{- define "rltrainer-operator.rayTokenKeySecret" -}}
+{{- if .Values.rayToken.existingSecret -}}
+{{- .Values.rayToken.existingSecret -}}
+{{- else if .Values.rayToken.create -}}
+{{- include "rltrainer-operator.rayTokenKeySecretName" . -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The operator's service account. */}}
 {{- define "rltrainer-operator.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
@@ -102,5 +117,9 @@ Same rules in the ClusterRole (cluster-wide) and in each namespaced Role.
 # Events on the experiments (kopf posts handler events to the core API).
 - apiGroups: [""]
   resources: ["events"]
+  verbs: ["create"]
+# Each experiment's Ray token Secret (rayAuth.mode token): created once, never read.
+- apiGroups: [""]
+  resources: ["secrets"]
   verbs: ["create"]
 {{- end -}}

@@ -38,6 +38,7 @@ def driver_config(spec: ExperimentSpec, settings: Settings) -> dict[str, Any]:
         "num_cpus_per_learner": spec.learners.cpusPerLearner,
         "restart_failed_env_runners": spec.faultTolerance.restartFailedEnvRunners,
         "max_num_env_runner_restarts": spec.faultTolerance.maxEnvRunnerRestarts,
+        "delay_between_env_runner_restarts_s": spec.faultTolerance.envRunnerRestartDelaySeconds,
         # Worker pods may still be starting when the driver asks for its placement group.
         "placement_timeout_s": settings.provision_timeout_s,
     }

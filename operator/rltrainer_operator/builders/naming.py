@@ -26,6 +26,11 @@ def raycluster_name(experiment: str) -> str:
     return f"{name[: MAX_CLUSTER_NAME - 9].rstrip('-.')}-{digest}"
 
 
+def ray_token_secret_name(cluster: str) -> str:
+    """``<cluster>-ray-token``: the Secret holding a RayCluster's Ray auth token (key ``auth_token``)."""
+    return f"{cluster}-ray-token"
+
+
 def job_id(namespace: str, experiment: str, uid: str, attempt: int) -> str:
     """The Ray job submission id of one attempt (one per start: the first run and each restart)."""
     return f"rlx-{namespace}-{experiment}-{uid[:8]}-{attempt}"

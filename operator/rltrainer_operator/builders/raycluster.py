@@ -20,6 +20,7 @@ from rltrainer_operator.builders.naming import (
     KUEUE_QUEUE_LABEL,
     NO_HEAD_RESTART_ANNOTATION,
     labels,
+    ray_token_secret_name,
     raycluster_name,
 )
 from rltrainer_operator.models import GROUP, KIND, VERSION, ExperimentSpec, Toleration
@@ -99,11 +100,17 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
             service_account=spec.storage.serviceAccountName,
         ),
     ]
+    cluster = raycluster_name(name)
+    auth = {}
+    if spec.rayAuth.mode == "token":
+        # KubeRay passes the Secret's auth_token to every Ray container as RAY_AUTH_TOKEN
+        # (and sets RAY_AUTH_MODE=token); without authOptions, auth is off.
+        auth["authOptions"] = {"mode": "token", "secretName": ray_token_secret_name(cluster)}
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
         "metadata": {
-            "name": raycluster_name(name),
+            "name": cluster,
             "namespace": meta["namespace"],
             "labels": labels(name, extra_labels),
             "annotations": {NO_HEAD_RESTART_ANNOTATION: "true"},
@@ -111,6 +118,7 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
         },
         "spec": {
             "rayVersion": spec.rayVersion,
+            **auth,
             "headGroupSpec": {
                 "rayStartParams": {
                     "dashboard-host": "0.0.0.0",

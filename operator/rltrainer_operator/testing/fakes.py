@@ -1,7 +1,9 @@
 """Fakes for what the operator talks to besides Kubernetes, for tests and ``bench.operator``.
 
 - ``FakeRayJobs``: Ray's job submission REST API (``/api/jobs/``) on 127.0.0.1, over jobs held
-  in memory whose state the caller sets (``set``), with every submission and stop recorded.
+  in memory whose state the caller sets (``set``), with every submission and stop recorded;
+  with a ``token`` it checks ``Authorization: Bearer`` as Ray's token authentication does
+  (401 without one, 403 with a wrong one).
 - ``FakeKubeRay``: writes RayCluster status the way KubeRay v1.7 does (conditions, head service,
   dashboard endpoint); ``FakeKubeRay.run_in_background()`` marks every new cluster ready.
 
@@ -24,13 +26,19 @@ MERGE = "application/merge-patch+json"
 
 
 class FakeRayJobs:
-    """Ray's ``/api/jobs/`` endpoints over jobs held in memory (``set`` changes a job's state)."""
+    """Ray's ``/api/jobs/`` endpoints over jobs held in memory (``set`` changes a job's state).
 
-    def __init__(self) -> None:
+    ``token``: the token every request must carry (None: no authentication); it can be set
+    later (``fake.token = ...``), e.g. once the experiment's uid is known."""
+
+    def __init__(self, token: str | None = None) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.submissions: list[dict[str, Any]] = []
         self.stopped: list[str] = []
         self.requests = 0  # every call, for counting the operator's load
+        self.token = token
+        self.authorizations: list[str | None] = []  # each request's Authorization header
+        self.rejected = 0  # requests answered 401/403
         self.lock = threading.Lock()
         fake = self
 
@@ -46,9 +54,25 @@ class FakeRayJobs:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _authorized(self) -> bool:
+                """Ray's token check: 401 without a token, 403 with a wrong one."""
+                header = self.headers.get("Authorization")
+                with fake.lock:
+                    fake.authorizations.append(header)
+                    if fake.token is None or header == f"Bearer {fake.token}":
+                        return True
+                    fake.rejected += 1
+                if header is None:
+                    self._answer(401, {"detail": "Unauthorized: Missing authentication token"})
+                else:
+                    self._answer(403, {"detail": "Forbidden: Invalid authentication token"})
+                return False
+
             def do_GET(self) -> None:  # noqa: N802
                 with fake.lock:
                     fake.requests += 1
+                if not self._authorized():
+                    return
                 job_id = self.path.rstrip("/").rsplit("/", 1)[-1]
                 with fake.lock:
                     job = fake.jobs.get(job_id)
@@ -59,6 +83,9 @@ class FakeRayJobs:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with fake.lock:
                     fake.requests += 1
+                if not self._authorized():
+                    return
+                with fake.lock:
                     if self.path.rstrip("/") == "/api/jobs":
                         sid = body["submission_id"]
                         if sid in fake.jobs:
