@@ -14,6 +14,8 @@ import pytest
 
 # Operator timers tick every second in tests (the default is 10 s); read when handlers import.
 os.environ.setdefault("RLTRAINER_OPERATOR_POLL_INTERVAL_S", "1")
+# The key the operator derives each experiment's Ray token from (the chart generates one).
+os.environ.setdefault("RLTRAINER_OPERATOR_RAY_TOKEN_KEY", "test-ray-token-key")
 
 ROOT = Path(__file__).resolve().parents[1]
 RLX_CRD = ROOT / "crds" / "rltrainer.io_rlexperiments.yaml"

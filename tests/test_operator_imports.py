@@ -1,8 +1,9 @@
 """The operator imports neither torch nor Ray: its image installs neither (images/operator).
 
 ``run_without_torch`` runs code in a subprocess where importing ``torch``, ``ray`` or
-``tensorboardX`` (or any of their submodules) raises ``ImportError``; there the operator imports, validates experiments of
-every algorithm with rltrainer's config classes, and leaves both out of ``sys.modules``.
+``tensorboardX`` (or any of their submodules) raises ``ImportError``; there the operator
+imports, validates experiments of every algorithm with rltrainer's config classes, and leaves
+them out of ``sys.modules``.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def _api_message(err: ApiException) -> str:
 #: What the operator needs the API to serve: (group, version, plural, how to install it).
 REQUIRED_RESOURCES = (
     (GROUP, VERSION, PLURAL, "kubectl apply --server-side -f crds/, or install the Helm chart"),
-    (RAY_GROUP, RAY_VERSION, RAY_PLURAL, "install KubeRay 1.5.1 or newer"),
+    (RAY_GROUP, RAY_VERSION, RAY_PLURAL, "install KubeRay 1.6 or newer"),
 )
 
 

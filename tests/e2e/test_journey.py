@@ -49,8 +49,6 @@ TUNED_PPO_CARTPOLE = {
     "vf_clip_param": None,
     "metrics_num_episodes_for_smoothing": 20,
     "model": {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"},
-    # Replace a lost env runner as soon as its pod is back (rltrainer's default waits 60 s).
-    "delay_between_env_runner_restarts_s": 1,
 }
 
 
@@ -144,7 +142,12 @@ def platform(monkeypatch):
     stack = LocalStack(s3_bucket=BUCKET).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", stack.s3_endpoint)  # for the rltrainer CLI calls below
     settings = Settings(
-        poll_interval_s=1, backoff_base_s=2, backoff_max_s=10, provision_timeout_s=300, metrics_port=0
+        poll_interval_s=1,
+        backoff_base_s=2,
+        backoff_max_s=10,
+        provision_timeout_s=300,
+        metrics_port=0,
+        ray_token_key="journey-ray-token-key",  # the RayClusters run with Ray token authentication
     )
     operator = None
     try:
@@ -187,13 +190,17 @@ def checkpoint_iteration(uri: str) -> int:
 
 
 def job_logs(platform: Platform, namespace: str, cluster: str, job_id: str) -> str:
-    """The driver's output from Ray's job API ("" while the cluster or the job is not there)."""
-    status = (get_raycluster(platform.custom, namespace, cluster) or {}).get("status") or {}
+    """The driver's output from Ray's job API ("" while the cluster or the job is not there), asked
+    with the cluster's Ray token, as the operator asks."""
+    raycluster = get_raycluster(platform.custom, namespace, cluster) or {}
+    status = raycluster.get("status") or {}
     if "dashboard" not in status.get("endpoints", {}):
         return ""
     url = f"http://{status['head']['serviceIP']}:{status['endpoints']['dashboard']}/api/jobs/{job_id}/logs"
+    token = platform.operator.memo.reconciler.cluster_token(raycluster)
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())["logs"]
     except OSError:
         return ""
@@ -226,7 +233,8 @@ def test_journey(platform):
             # the recipe was tuned (2 x 8 samples 512 per round and often needs 80-150k steps).
             "rollouts": {"replicas": 2, "envsPerRunner": 4, "memory": "1Gi"},
             "head": {"cpu": "1", "memory": "2Gi"},
-            "faultTolerance": {"backoffLimit": 3},
+            # Replace a lost env runner as soon as its pod is back (the default waits 60 s).
+            "faultTolerance": {"backoffLimit": 3, "envRunnerRestartDelaySeconds": 1},
         },
     )
 
