@@ -29,7 +29,15 @@ def kube_api(kube):
 def raycluster(kube):
     body = yaml.safe_load((DATA / "cpu_only.input.yaml").read_text())
     body["metadata"]["namespace"] = kube.ns
-    return lambda: build_raycluster(body, RLExperiment.model_validate(body).spec, SETTINGS)
+
+    def build() -> dict:
+        cluster = build_raycluster(body, RLExperiment.model_validate(body).spec, SETTINGS)
+        # Its owner (the experiment in DATA) does not exist on this server: with the owner
+        # reference kept, the garbage collector would delete the cluster mid-test.
+        cluster["metadata"].pop("ownerReferences", None)
+        return cluster
+
+    return build
 
 
 def test_create_is_idempotent(kube_api, raycluster):
