@@ -290,6 +290,9 @@ def test_ignored_env_runner_failure_goes_on_without_it(tmp_path):
         result = algo.train()
         assert result["num_healthy_env_runners"] == 1
         assert algo.workers.healthy_env_runner_ids() == [1]
+        # The batch keeps its size: the live runner samples the lost one's share too (valid
+        # steps only, so a little under train_batch_size where episodes ended mid-batch).
+        assert result["num_env_steps_sampled"] >= 0.9 * config.train_batch_size
     finally:
         algo.stop()
 

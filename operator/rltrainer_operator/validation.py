@@ -94,6 +94,7 @@ def validate_experiment(body: Mapping[str, Any]) -> RLExperiment:
     except ValidationError as err:
         raise _invalid_from_pydantic(err) from None
     spec = experiment.spec
+    _check_dropped_nulls(body)
     _check_json("spec.envConfig", spec.envConfig)
     _check_json("spec.config", spec.config)
     _check_config(spec)
@@ -157,6 +158,50 @@ def _check_ray_auth(spec: ExperimentSpec) -> None:
             f"token needs Ray {since} or newer, and spec.rayVersion is {spec.rayVersion}: "
             "use an image with a newer Ray, or set rayAuth.mode: disabled",
         )
+
+
+#: Where ``kubectl apply`` (client side) keeps the manifest as written, nulls included.
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _check_dropped_nulls(body: Mapping[str, Any]) -> None:
+    """A null under ``spec.config``/``spec.envConfig`` that ``kubectl apply`` dropped.
+
+    Apply treats null as "delete this field", so ``vf_clip_param: null`` (no value clipping)
+    never reaches the API server and the driver would silently run with the default (10).
+    Client-side apply keeps the manifest as written in an annotation: a null there whose key
+    is missing from the live spec is reported instead of trained on. (Server-side apply and
+    GitOps tools drop nulls too, without such a record; the README says so.)
+    """
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    try:
+        applied = json.loads(annotations.get(LAST_APPLIED) or "{}").get("spec") or {}
+    except (ValueError, AttributeError):
+        return  # not ours to judge: someone else's annotation
+    live = body.get("spec") or {}
+    for field in ("config", "envConfig"):
+        path = _dropped_null(applied.get(field), live.get(field), f"spec.{field}")
+        if path is not None:
+            raise InvalidSpec(
+                path,
+                "is null in the applied manifest, and kubectl apply drops null fields, so the "
+                "default would silently be used instead; remove the key to mean the default, or "
+                "give a value (to turn vf_clip_param or grad_clip off: a large bound such as 10000.0)",
+            )
+
+
+def _dropped_null(applied: Any, live: Any, path: str) -> str | None:
+    """The first path holding null in ``applied`` and nothing in ``live``, or None."""
+    if not isinstance(applied, dict):
+        return None
+    live = live if isinstance(live, dict) else {}
+    for key, value in applied.items():
+        if value is None and key not in live:
+            return f"{path}.{key}"
+        found = _dropped_null(value, live.get(key), f"{path}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def _check_json(path: str, value: dict[str, Any]) -> None:

@@ -89,19 +89,23 @@ class EnvRunnerGroup:
 
     # --- sampling -------------------------------------------------------------------
     def sample(self, min_steps: int) -> tuple[list[Rollout], list[EpisodeStats]]:
-        """Sample rounds (all runners in parallel) until they hold ``min_steps`` env steps.
+        """Sample rounds (all live runners in parallel) until they hold ``min_steps`` env steps.
 
-        One round suffices with ``rollout_fragment_length="auto"``.
+        One round suffices with ``rollout_fragment_length="auto"``. A runner that fails (or is
+        not back yet) adds nothing to a round, so more rounds are sampled from the others: the
+        batch keeps its size while a runner is down (half-sized batches, trained on for as
+        many epochs, destabilised PPO until the replacement arrived).
         """
-        runners = max(1, len(self._remote))
-        per_round = self.config.get_rollout_fragment_length() * self.config.num_envs_per_env_runner * runners
+        per_runner = self.config.get_rollout_fragment_length() * self.config.num_envs_per_env_runner
         rollouts: list[Rollout] = []
         episodes: list[EpisodeStats] = []
-        for _ in range(max(1, -(-min_steps // per_round))):
+        sampled = 0
+        while sampled < max(1, min_steps):
             if not self._remote:
                 rollout, new_episodes = self._local.sample()
                 rollouts.append(rollout)
                 episodes.extend(new_episodes)
+                sampled += per_runner
                 continue
             refs = {i: runner.sample_with_filter_delta.remote() for i, runner in self._live().items()}
             results, failures = self._collect(refs, "sample")
@@ -110,6 +114,7 @@ class EnvRunnerGroup:
                 rollouts.append(rollout)
                 episodes.extend(new_episodes)
                 self._local.filter.apply_delta(delta)
+                sampled += per_runner
             self._handle_failures(failures)
             self._broadcast_filter()
         return rollouts, episodes

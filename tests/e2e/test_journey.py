@@ -33,7 +33,8 @@ from tests.e2e.helpers import MERGE, get_raycluster, wait_for
 BUCKET = "rl-checkpoints"
 RLTRAINER = str(Path(sys.executable).with_name("rltrainer"))
 
-# tuned_examples/ppo_cartpole.yaml, less what the spec owns (num_envs_per_env_runner), seeded.
+# tuned_examples/ppo_cartpole.yaml, less what the spec owns (num_envs_per_env_runner), seeded,
+# with vf_clip_param spelled for kubectl apply.
 TUNED_PPO_CARTPOLE = {
     "seed": 0,
     "rollout_fragment_length": 32,
@@ -46,7 +47,11 @@ TUNED_PPO_CARTPOLE = {
     "clip_param": 0.2,
     "entropy_coeff": 0.0,
     "kl_coeff": 0.0,
-    "vf_clip_param": None,
+    # The tuned example's null (no value clipping) would not reach the driver: kubectl apply
+    # drops null values from manifests, and the default of 10 then clips the value loss of
+    # CartPole's returns (up to 500), which stalled learning near 100 (ev < 0.5 for hundreds
+    # of iterations). A large bound is the spelling that survives apply.
+    "vf_clip_param": 10000.0,
     "metrics_num_episodes_for_smoothing": 20,
     "model": {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"},
 }

@@ -357,3 +357,55 @@ def test_several_problems_are_counted_on_one_line():
     with pytest.raises(InvalidSpec) as caught:
         validate_experiment(patched({"rollouts": {"replicas": -1, "cpusPerRunner": 0}}))
     assert caught.value.message.endswith("(and 1 more problem)")
+
+
+@pytest.mark.parametrize(
+    ("patch", "path"),
+    [
+        ({"config": {"vf_clip_param": None}}, "spec.config.vf_clip_param"),
+        (
+            {"config": {"model": {"fcnet_hiddens": [32], "fcnet_activation": None}}},
+            "spec.config.model.fcnet_activation",
+        ),
+        ({"envConfig": {"max_steps": None}}, "spec.envConfig.max_steps"),
+    ],
+    ids=["config-key", "nested-config-key", "env-config-key"],
+)
+def test_a_null_that_kubectl_apply_dropped_is_reported_not_trained_on(server, patch, path):
+    """kubectl apply deletes null fields (seen on the real API server): the driver would run with
+    the default. The manifest as written, in apply's annotation, still has the null."""
+    manifest = patched(patch)
+    manifest = {**manifest, "metadata": {**manifest["metadata"], "name": "nulls", "namespace": server.ns}}
+    done = server.kubectl("apply", "-f", "-", "-o", "json", stdin=manifest)
+    try:
+        assert done.returncode == 0, done.stderr
+        stored = json.loads(done.stdout)
+        leaf = path.rsplit(".", 1)[1]
+        assert leaf not in json.dumps(stored["spec"]), "the server kept the null: the check is moot"
+        with pytest.raises(InvalidSpec) as caught:
+            validate_experiment(stored)
+        assert caught.value.field == path
+        assert "kubectl apply drops null fields" in caught.value.message
+        # Removing the key (to mean the default) is accepted.
+        del manifest["metadata"]["namespace"]
+        fixed = json.loads(json.dumps(manifest), object_hook=_without_nulls)
+        done = server.kubectl("apply", "-f", "-", "-o", "json", stdin=fixed)
+        assert done.returncode == 0, done.stderr
+        validate_experiment(json.loads(done.stdout))
+    finally:
+        server.kubectl("delete", "rlx", "nulls", "--wait=false")
+
+
+def _without_nulls(mapping: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in mapping.items() if value is not None}
+
+
+def test_a_null_the_live_spec_still_has_a_value_for_is_fine():
+    manifest = patched({"config": {"vf_clip_param": 5.0}})
+    applied = {"spec": {**manifest["spec"], "config": {"vf_clip_param": None}}}
+    manifest["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/last-applied-configuration": json.dumps(applied)
+    }
+    validate_experiment(manifest)  # patched after apply: the live value is what runs
+    manifest["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "not json"}
+    validate_experiment(manifest)
