@@ -132,6 +132,12 @@ def _check_config(spec: ExperimentSpec) -> None:
             config.validate()
         except ConfigError as err:
             raise InvalidSpec("spec.config", _without_section(str(err))) from None
+    if config.evaluation_num_env_runners:
+        raise InvalidSpec(
+            "spec.config.evaluation_num_env_runners",
+            "the operator provisions no pods for evaluation env runners: leave it 0 (evaluation "
+            "then runs in the driver, evaluation_interval and evaluation_duration still apply)",
+        )
 
 
 def _check_stop(spec: ExperimentSpec) -> None:
@@ -215,10 +221,16 @@ def _check_json(path: str, value: dict[str, Any]) -> None:
 
 
 def _names_a_class_in_the_image(name: str, value: Any) -> bool:
-    """``exploration_config: {type: "pkg.module:Class"}`` names code in the trainer image:
-    importing it here would run a user's module in the operator (and fail where it is absent)."""
-    kind = value.get("type") if name == "exploration_config" and isinstance(value, dict) else None
-    return isinstance(kind, str) and (":" in kind or "." in kind)
+    """``exploration_config: {type: "pkg.module:Class"}``, ``logger_config: {type: ...}`` and
+    ``callbacks_class: "pkg.module:Class"`` (or a list) name code in the trainer image:
+    importing it here would run a user's module in the operator (and fail where it is absent).
+    The driver imports them when it builds the algorithm."""
+    if name in ("exploration_config", "logger_config") and isinstance(value, dict):
+        value = value.get("type")
+    elif name != "callbacks_class":
+        return False
+    paths = value if isinstance(value, list) else [value]
+    return any(isinstance(path, str) and (":" in path or "." in path) for path in paths)
 
 
 def _without_section(message: str) -> str:

@@ -335,10 +335,27 @@ def test_owned_keys_are_real_config_keys():
     assert set(OWNED_CONFIG_KEYS) <= set(AlgorithmConfig.model_fields)
 
 
-def test_a_custom_exploration_class_is_left_to_the_driver():
-    """It lives in the trainer image: the operator must not import it."""
-    config = {"exploration_config": {"type": "my_project.exploration:Curious", "beta": 0.2}}
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"exploration_config": {"type": "my_project.exploration:Curious", "beta": 0.2}},
+        {"callbacks_class": "my_project.callbacks:Metrics"},
+        {"callbacks": ["my_project.callbacks:Metrics", "my_project.callbacks.Other"]},
+        {"logger_config": {"type": ["json", "my_project.loggers:Wandb"]}},
+        {"env_task_fn": "my_project.curriculum:next_level"},
+        {"custom_evaluation_function": "my_project.evaluation:evaluate"},
+    ],
+)
+def test_user_classes_and_functions_are_left_to_the_driver(config):
+    """They live in the trainer image: the operator must not import them."""
     validate_experiment(patched({"config": config}))
+
+
+def test_evaluation_runners_are_not_provisioned_and_say_so():
+    with pytest.raises(InvalidSpec) as err:
+        validate_experiment(patched({"config": {"evaluation_num_env_runners": 2}}))
+    assert err.value.field == "spec.config.evaluation_num_env_runners"
+    assert "leave it 0" in str(err.value)
 
 
 def test_validation_leaves_the_rltrainer_logger_alone():
