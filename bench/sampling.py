@@ -12,6 +12,10 @@ driver sees it (rollouts shipped back through Ray), next to the single-process o
 ``--breakdown`` also prints, per vector size, what one step of the driver's env runner costs:
 the policy network alone, inference (network, sampling, actions), the env's own step, and the
 whole env-runner step (inference, env step and recording).
+
+``--callbacks`` measures the cost of callbacks: ``none`` (the default), ``episode`` (custom
+metrics set in ``on_episode_start``/``on_episode_end``: the vectorized tracking path) or
+``step`` (an ``on_episode_step`` as well: a Python call per env and step).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 import gymnasium as gym
 
 from bench.common import median, print_json_line
+from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.registry import make_vector_env
@@ -43,7 +48,33 @@ def ceiling(env_id: str, num_envs: int, seconds: float) -> float:
     return rate
 
 
-def build(env_id: str, num_envs: int, env_runners: int, hiddens: list[int], activation: str, storage: str):
+class EpisodeCallbacks(DefaultCallbacks):
+    """What a typical custom metric costs: one hook at each end of an episode."""
+
+    def on_episode_start(self, *, episode, **_):
+        episode.user_data["start"] = episode.last_observation[0]
+
+    def on_episode_end(self, *, episode, **_):
+        episode.custom_metrics["drift"] = episode.last_observation[0] - episode.user_data["start"]
+
+
+class StepCallbacks(EpisodeCallbacks):
+    def on_episode_step(self, *, episode, **_):
+        episode.user_data["last_action"] = episode.last_action
+
+
+CALLBACKS = {"none": DefaultCallbacks, "episode": EpisodeCallbacks, "step": StepCallbacks}
+
+
+def build(
+    env_id: str,
+    num_envs: int,
+    env_runners: int,
+    hiddens: list[int],
+    activation: str,
+    storage: str,
+    callbacks: type = DefaultCallbacks,
+):
     fragment = max(1, 2048 // num_envs)
     config = (
         PPOConfig()
@@ -56,6 +87,7 @@ def build(env_id: str, num_envs: int, env_runners: int, hiddens: list[int], acti
             train_batch_size=fragment * num_envs * max(1, env_runners),
         )
         .reporting(storage_path=storage)
+        .callbacks(callbacks)
     )
     return config.build()
 
@@ -119,15 +151,29 @@ def main() -> None:
     parser.add_argument("--hiddens", default="64,64", help="policy MLP hidden sizes")
     parser.add_argument("--activation", default="tanh", help="policy MLP activation (tuned example: relu)")
     parser.add_argument("--breakdown", action="store_true", help="also time the parts of one env-runner step")
+    parser.add_argument(
+        "--callbacks", choices=sorted(CALLBACKS), default="none", help="callbacks to sample with"
+    )
     args = parser.parse_args()
     hiddens = [int(h) for h in args.hiddens.split(",")]
-    print(f"{args.env}, MLP {hiddens} {args.activation}, medians of {args.repeats} x {args.seconds:.0f} s")
+    print(
+        f"{args.env}, MLP {hiddens} {args.activation}, callbacks {args.callbacks}, "
+        f"medians of {args.repeats} x {args.seconds:.0f} s"
+    )
     print(f"{'runners':>7} {'envs':>5} {'sampling steps/s':>17} {'ceiling steps/s':>16} {'ratio':>7}")
     figures: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as storage:
         for env_runners in (int(r) for r in args.env_runners.split(",")):
             for num_envs in (int(n) for n in args.envs.split(",")):
-                algo = build(args.env, num_envs, env_runners, hiddens, args.activation, storage)
+                algo = build(
+                    args.env,
+                    num_envs,
+                    env_runners,
+                    hiddens,
+                    args.activation,
+                    storage,
+                    CALLBACKS[args.callbacks],
+                )
                 parts = breakdown(algo, args.seconds) if args.breakdown and not env_runners else {}
                 pairs = [
                     (sampling(algo, args.seconds), ceiling(args.env, num_envs, args.seconds))
@@ -158,6 +204,7 @@ def main() -> None:
             "gym_version": gym.__version__,
             "hiddens": hiddens,
             "activation": args.activation,
+            "callbacks": args.callbacks,
             "sampling": figures,
         }
     )

@@ -221,7 +221,13 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         default=nothing,
         help="with --resume: try this checkpoint first (the newest valid one if it does not verify)",
     )
-    add("-v", "--verbose", action="count", default=nothing, help="-v: INFO logs, -vv: DEBUG logs")
+    add(
+        "-v",
+        "--verbose",
+        action="count",
+        default=nothing,
+        help="-v: INFO logs, -vv: DEBUG logs (driver, env runners and learners)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -379,7 +385,11 @@ def _yaml_kind(value: Any) -> str:
 
 
 def _configure_logging(config: Any, verbosity: int) -> None:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """``-v``: INFO, ``-vv``: DEBUG, in the driver and (through the config) every env runner and
+    learner; without either, the config's ``log_level`` (WARN by default)."""
+    from rltrainer.utils.debugging import LOG_FORMAT
+
+    logging.basicConfig(format=LOG_FORMAT)
     if verbosity:
         config.debugging(log_level="DEBUG" if verbosity > 1 else "INFO")
     else:  # the config's level (from --config or the file) still applies

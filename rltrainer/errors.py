@@ -28,3 +28,7 @@ class ResourceError(RLTrainerError):
 
 class WorkerError(RuntimeError):
     """A remote env runner or learner died or did not answer in time."""
+
+
+class CallbackError(RLTrainerError):
+    """A user callback raised; the message names the hook, the callbacks class and where it ran."""

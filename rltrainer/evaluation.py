@@ -57,14 +57,19 @@ def load_checkpoint(checkpoint: str, env: Any = None, config_overrides: dict | N
     """The algorithm saved in ``checkpoint``, set up for inference in this process.
 
     ``env`` replaces the checkpoint's env (its spaces must match, else ``CheckpointError``).
-    No Ray actors are started (neither env runners nor learners): evaluation steps its own
-    single env in this process.
+    No Ray actors are started (neither env runners, evaluation env runners nor learners):
+    evaluation steps its own single env in this process. Training-time evaluation settings
+    are turned off (a ``custom_evaluation_function`` saved by name need not be importable).
     """
     overrides = {
         **(config_overrides or {}),
         "num_env_runners": 0,
         "num_envs_per_env_runner": 1,
         "num_learners": 0,
+        "evaluation_num_env_runners": 0,
+        "evaluation_parallel_to_training": False,
+        "evaluation_duration": DEFAULT_EPISODES,
+        "custom_evaluation_function": None,
     }
     if env is not None:
         overrides["env"] = env

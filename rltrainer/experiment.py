@@ -97,8 +97,12 @@ def resolve_stop(stop: dict[str, Any], keys_of: type[Algorithm] | type[Algorithm
     resolved: dict[str, float] = {}
     for key, value in stop.items():
         name = canonical_stop_key(str(key))
-        if name not in allowed:
-            raise ConfigError(f"unknown stop key {key!r}; allowed: {', '.join(allowed)}")
+        # Callbacks' metrics are named by the user: any custom_metrics/... key may stop a run.
+        if name not in allowed and not name.startswith(("custom_metrics/", "evaluation/custom_metrics/")):
+            raise ConfigError(
+                f"unknown stop key {key!r}; allowed: {', '.join(allowed)}, "
+                "or custom_metrics/<name>_mean|_min|_max"
+            )
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
             raise ConfigError(f"stop value for {key!r} must be a number, got {value!r}")
         resolved[name] = value

@@ -3,6 +3,12 @@
 ``params.json`` (the full config), ``result.json`` (one JSON object per iteration),
 ``progress.csv`` and a TensorBoard event file with every numeric metric.
 
+``logger_config={"type": ...}`` chooses the result writers: ``JsonLogger``, ``CSVLogger``,
+``TBXLogger`` (all three by default), or any class with Tune's ``Logger`` interface:
+``Class(config: dict, logdir: str)`` (the config as ``to_dict()`` gives it, and the trial
+folder), ``on_result(result: dict)`` after every iteration, ``close()`` at the end, and
+optionally ``flush()``. Files it writes into the trial folder are uploaded with the others.
+
 With an ``s3://`` storage path the files are written to a local cache folder and uploaded
 whole to the trial's prefix after every iteration (and at ``close()``); an upload that fails
 logs a warning and is tried again after the next iteration. A resumed trial first downloads
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import importlib
 import json
 import logging
 import math
@@ -109,42 +116,178 @@ def _csv_header(path: Path) -> list[str]:
         return next(csv.reader(f), [])
 
 
-class ResultLogger:
-    """Appends each iteration's result to the trial folder's files."""
+class JsonLogger:
+    """``result.json``: one JSON object per iteration (non-finite numbers as ``null``)."""
 
-    def __init__(self, trial_dir: Path, params: dict[str, Any], storage: Storage | None = None) -> None:
-        self.trial_dir = trial_dir
-        self.storage = storage
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        if storage is not None:
-            self._download_existing(storage)
-        (trial_dir / "params.json").write_text(json.dumps(_json_safe(params), indent=2, sort_keys=True))
-        self._json = open(trial_dir / "result.json", "a")  # noqa: SIM115 (closed in close())
-        self._csv_path = trial_dir / "progress.csv"
+    def __init__(self, config: dict[str, Any], logdir: str | Path) -> None:  # noqa: ARG002
+        self._file = open(Path(logdir) / "result.json", "a")  # noqa: SIM115 (closed in close())
+
+    def on_result(self, result: dict[str, Any]) -> None:
+        self._file.write(json.dumps(_json_safe(result), allow_nan=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class CSVLogger:
+    """``progress.csv``: the flattened result keys; rewritten wider when new keys appear."""
+
+    def __init__(self, config: dict[str, Any], logdir: str | Path) -> None:  # noqa: ARG002
+        self._csv_path = Path(logdir) / "progress.csv"
         self._csv_fields = _csv_header(self._csv_path)
-        self._csv_file = open(self._csv_path, "a", newline="")  # noqa: SIM115
+        self._csv_file = open(self._csv_path, "a", newline="")  # noqa: SIM115 (closed in close())
         self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields)
-        summary_writer, self._summary = _import_tensorboardx()
-        self._tb = summary_writer(str(trial_dir), flush_secs=30)
 
-    def log(self, result: dict[str, Any]) -> None:
-        self._json.write(json.dumps(_json_safe(result), allow_nan=False) + "\n")
-        self._json.flush()
+    def on_result(self, result: dict[str, Any]) -> None:
         flat = flatten(result)
         new_keys = [key for key in flat if key not in self._csv_fields]
         if new_keys:
             self._widen_csv([*self._csv_fields, *new_keys])
         self._csv.writerow(flat)
         self._csv_file.flush()
+
+    def _widen_csv(self, fields: list[str]) -> None:
+        """Rewrite progress.csv with more columns (keys that first appear later, e.g. evaluation)."""
+        self._csv_file.close()
+        with open(self._csv_path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        self._csv_file = open(self._csv_path, "w", newline="")  # noqa: SIM115
+        self._csv_fields = fields
+        self._csv = csv.DictWriter(self._csv_file, fieldnames=fields)
+        self._csv.writeheader()
+        self._csv.writerows(rows)
+
+    def close(self) -> None:
+        self._csv_file.close()
+
+
+class TBXLogger:
+    """A TensorBoard event file: every finite number as ``rltrainer/<key>`` at ``timesteps_total``."""
+
+    def __init__(self, config: dict[str, Any], logdir: str | Path) -> None:  # noqa: ARG002
+        summary_writer, self._summary = _import_tensorboardx()
+        self._tb = summary_writer(str(logdir), flush_secs=30)
+
+    def on_result(self, result: dict[str, Any]) -> None:
         # One Summary with every scalar: a protobuf per scalar (add_scalar) costs ~4 ms/iteration.
         values = [
             self._summary.Value(tag=f"rltrainer/{key}", simple_value=float(value))
-            for key, value in flat.items()
+            for key, value in flatten(result).items()
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         ]
         self._tb.file_writer.add_summary(self._summary(value=values), int(result.get("timesteps_total", 0)))
+
+    def flush(self) -> None:
+        self._tb.flush()
+
+    def close(self) -> None:
+        self._tb.close()
+
+
+#: ``logger_config`` type names -> the writers they stand for (Tune's names, dotted or not).
+LOGGER_NAMES: dict[str, tuple[type, ...]] = {
+    "json": (JsonLogger,),
+    "csv": (CSVLogger,),
+    "tensorboard": (TBXLogger,),
+    **{
+        f"{prefix}{name}": classes
+        for name, classes in {
+            "JsonLogger": (JsonLogger,),
+            "CSVLogger": (CSVLogger,),
+            "TBXLogger": (TBXLogger,),
+            "UnifiedLogger": (JsonLogger, CSVLogger, TBXLogger),
+        }.items()
+        for prefix in ("", "ray.tune.logger.")
+    },
+}
+_LOGGER_ALLOWED = "json, csv, tensorboard, JsonLogger, CSVLogger, TBXLogger, UnifiedLogger"
+
+
+def logger_classes(config: dict[str, Any] | None) -> list[type]:
+    """The result writers a ``logger_config`` names (``None``: all three built-ins), in order;
+    ``ValueError`` saying what is wrong and what is allowed."""
+    if config is None:
+        return list(LOGGER_NAMES["UnifiedLogger"])
+    if not isinstance(config, dict) or set(config) - {"type"}:
+        raise ValueError(
+            f"logger_config takes one key, 'type' ({_LOGGER_ALLOWED} or a class); got {config!r}"
+        )
+    kinds = config.get("type", "UnifiedLogger")
+    classes: list[type] = []
+    for kind in kinds if isinstance(kinds, list) else [kinds]:
+        classes.extend(cls for cls in _logger_class(kind) if cls not in classes)
+    return classes
+
+
+def _logger_class(kind: Any) -> tuple[type, ...]:
+    if isinstance(kind, str) and kind in LOGGER_NAMES:
+        return LOGGER_NAMES[kind]
+    cls = kind
+    if isinstance(kind, str) and (":" in kind or "." in kind):
+        module_name, _, name = kind.rpartition(":") if ":" in kind else kind.rpartition(".")
+        try:
+            cls = importlib.import_module(module_name)
+            for part in name.split("."):
+                cls = getattr(cls, part)
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ValueError(f"logger_config type {kind!r} cannot be imported ({err})") from None
+    if (
+        isinstance(cls, type)
+        and cls.__module__.startswith("ray.tune.logger")
+        and cls.__name__ in LOGGER_NAMES
+    ):
+        return LOGGER_NAMES[cls.__name__]  # Tune's own would pickle the config (params.pkl)
+    if not (isinstance(cls, type) and callable(getattr(cls, "on_result", None))):
+        raise ValueError(
+            f"logger_config type {kind!r} is not a result writer; allowed: {_LOGGER_ALLOWED}, or a "
+            "class (or 'package.module:Class') taking (config, logdir) with on_result(result) and close()"
+        )
+    return (cls,)
+
+
+def check_logger_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Raise ``ValueError`` unless every writer ``config`` names exists; returns ``config``."""
+    logger_classes(config)
+    return config
+
+
+def logger_config_to_json(config: dict[str, Any]) -> dict[str, Any]:
+    """The ``to_dict()`` form: classes as ``"module:qualname"``."""
+
+    def name(kind: Any) -> Any:
+        return f"{kind.__module__}:{kind.__qualname__}" if isinstance(kind, type) else kind
+
+    kinds = config.get("type")
+    return {**config, "type": [name(k) for k in kinds] if isinstance(kinds, list) else name(kinds)}
+
+
+class ResultLogger:
+    """Appends each iteration's result to the trial folder's files, through the writers
+    ``logger_config`` chooses (see the module docstring)."""
+
+    def __init__(
+        self,
+        trial_dir: Path,
+        params: dict[str, Any],
+        storage: Storage | None = None,
+        logger_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.trial_dir = trial_dir
+        self.storage = storage
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        if storage is not None:
+            self._download_existing(storage)
+        (trial_dir / "params.json").write_text(json.dumps(_json_safe(params), indent=2, sort_keys=True))
+        self.writers = [cls(params, str(trial_dir)) for cls in logger_classes(logger_config)]
+
+    def log(self, result: dict[str, Any]) -> None:
+        for writer in self.writers:
+            writer.on_result(result)
         if self.storage is not None:
-            self._tb.flush()
+            for writer in self.writers:
+                if callable(getattr(writer, "flush", None)):
+                    writer.flush()
             self.upload()
 
     def upload(self) -> bool:
@@ -168,20 +311,8 @@ class ResultLogger:
         except StorageError as err:
             logger.warning("could not fetch earlier results from %s: %s", storage.uri, err)
 
-    def _widen_csv(self, fields: list[str]) -> None:
-        """Rewrite progress.csv with more columns (keys that first appear later, e.g. evaluation)."""
-        self._csv_file.close()
-        with open(self._csv_path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        self._csv_file = open(self._csv_path, "w", newline="")  # noqa: SIM115
-        self._csv_fields = fields
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=fields)
-        self._csv.writeheader()
-        self._csv.writerows(rows)
-
     def close(self) -> None:
-        self._json.close()
-        self._csv_file.close()
-        self._tb.close()
+        for writer in self.writers:
+            writer.close()
         if self.storage is not None:
             self.upload()

@@ -33,3 +33,22 @@ def control_plane():
     with ControlPlane(assets) as plane:
         plane.install_crds(RAYCLUSTER_CRD, RLX_CRD)
         yield plane
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray instance for one test module (4 logical CPUs on any machine), shut down
+    after it so that other modules (test_distributed's multi-node cluster) can start theirs.
+    Actors import test helpers (``tests.envs``) by module path."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(
+        address="local",  # a new instance, never one another run on this machine started
+        num_cpus=4,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
+    yield
+    ray.shutdown()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from rltrainer.env import TaskSettableEnv
 
 # Actions taken by every ``RecordingEnv`` in this process, in order (tests clear it first).
 RECORDED_ACTIONS: list[Any] = []
@@ -122,4 +125,101 @@ class FailingEnv(FixedLengthEnv):
         FailingEnv.calls += 1
         if FailingEnv.calls % self.fail_every == 0:
             raise RuntimeError("simulated env crash")
+        return super().step(action)
+
+
+class LevelEnv(FixedLengthEnv, TaskSettableEnv):
+    """A ``TaskSettableEnv`` whose task is its level: an episode lasts ``level`` steps.
+
+    A new level takes effect at the next reset; each reset appends the level it starts to
+    ``levels_played``. ``config`` may set the first ``level`` (default 1) and
+    ``crash_at_step`` (``step`` raises from that step of this env object on).
+    """
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.level = int((config or {}).get("level", 1))
+        self.crash_at_step = (config or {}).get("crash_at_step")
+        self.levels_played: list[int] = []
+        self.steps = 0
+
+    def get_task(self) -> int:
+        return self.level
+
+    def set_task(self, task: int) -> None:
+        self.level = int(task)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        self.length = self.level
+        self.levels_played.append(self.level)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.steps += 1
+        if self.crash_at_step is not None and self.steps >= self.crash_at_step:
+            raise RuntimeError("simulated env crash")
+        return super().step(action)
+
+
+def level_by_timesteps(train_results: dict, env: LevelEnv, env_ctx: Any) -> int:  # noqa: ARG001
+    """An ``env_task_fn``: one level up per 40 env steps sampled, from level 2."""
+    return 2 + train_results["timesteps_total"] // 40
+
+
+def curriculum_ending_runner_1(train_results: dict, env: LevelEnv, env_ctx: Any) -> int:
+    """One level up per 40 env steps, from ``2 + vector_index``; remote runner 1's process exits
+    when an env that has played gets iteration 2's results (a replacement catching up has not)."""
+    if env_ctx.worker_index == 1 and train_results["training_iteration"] == 2 and env.levels_played:
+        os._exit(1)
+    return 2 + train_results["timesteps_total"] // 40 + env_ctx.vector_index
+
+
+class Coordinator:
+    """State shared by envs in every process, run as a named Ray actor: a level the driver
+    sets, and how many episodes the envs started."""
+
+    def __init__(self) -> None:
+        self.level = 1
+        self.episodes = 0
+
+    def set_level(self, level: int) -> None:
+        self.level = level
+
+    def start_episode(self) -> int:
+        self.episodes += 1
+        return self.level
+
+    def num_episodes(self) -> int:
+        return self.episodes
+
+
+class CoordinatedEnv(LevelEnv):
+    """A ``LevelEnv`` that asks the named actor ``config["coordinator"]`` for its level at every
+    reset (looked up at the first one, in whichever process the env lives)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.coordinator_name = (config or {}).get("coordinator", "coordinator")
+        self._coordinator: Any = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        import ray
+
+        if self._coordinator is None:
+            self._coordinator = ray.get_actor(self.coordinator_name)
+        self.level = ray.get(self._coordinator.start_episode.remote())
+        return super().reset(seed=seed, options=options)
+
+
+class TimestampEnv(FixedLengthEnv):
+    """Appends the wall-clock time of every ``step`` to the file ``config["path"]`` (one line
+    each, from any process: shows when remote env runners stepped)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.path = str((config or {})["path"])
+
+    def step(self, action):
+        with open(self.path, "a") as f:
+            f.write(f"{time.time()!r}\n")
         return super().step(action)

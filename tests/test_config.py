@@ -10,10 +10,16 @@ import numpy as np
 import pytest
 
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from tests import envs
 
+
 # A valid, non-default value for every key a builder method accepts.
+class NoOpCallbacks(DefaultCallbacks):
+    pass
+
+
 VALID_VALUES = {
     "env": "CartPole-v1",
     "env_config": {"length": 5},
@@ -22,6 +28,9 @@ VALID_VALUES = {
     "clip_rewards": 1.5,
     "normalize_actions": False,
     "clip_actions": True,
+    "env_task_fn": "tests.envs:level_by_timesteps",
+    "callbacks_class": NoOpCallbacks,
+    "keep_per_episode_custom_metrics": True,
     "num_env_runners": 2,
     "num_envs_per_env_runner": 4,
     "rollout_fragment_length": 16,
@@ -48,6 +57,12 @@ VALID_VALUES = {
     "evaluation_duration": 3,
     "evaluation_duration_unit": "timesteps",
     "evaluation_config": {"explore": False},
+    "evaluation_sample_timeout_s": 30.0,
+    "evaluation_parallel_to_training": True,
+    "evaluation_force_reset_envs_before_iteration": False,
+    "evaluation_num_env_runners": 2,
+    "custom_evaluation_function": "tests.test_evaluation_options:my_metrics",
+    "always_attach_evaluation_results": True,
     "explore": False,
     "exploration_config": {"type": "StochasticSampling", "random_timesteps": 10},
     "store_buffer_in_checkpoints": True,
@@ -64,6 +79,10 @@ VALID_VALUES = {
     "checkpoint_at_end": True,
     "log_level": "INFO",
     "seed": 7,
+    "logger_config": {"type": ["json", "csv"]},
+    "output": "logdir",
+    "output_config": {"format": "json"},
+    "output_max_file_size": 1024,
     "num_gpus": 0.5,
     "num_cpus_for_main_process": 2,
     "num_cpus_per_env_runner": 0.5,
@@ -177,6 +196,10 @@ INVALID_VALUES = [
     ("exploration", {"explore": "maybe"}, "explore"),
     ("debugging", {"seed": "a"}, "seed"),
     ("debugging", {"log_level": "LOUD"}, "log_level"),
+    ("debugging", {"logger_config": {"type": "xml"}}, r"logger_config.*'xml'.*allowed: json, csv"),
+    ("offline_data", {"output_config": {"format": "csv"}}, r"unknown format 'csv'; allowed: parquet, json"),
+    ("offline_data", {"output_config": {"codec": "zstd"}}, r"unknown key\(s\) \['codec'\]; allowed: format"),
+    ("offline_data", {"output_max_file_size": 0}, "output_max_file_size"),
     ("resources", {"placement_strategy": "RANDOM"}, "placement_strategy"),
 ]
 

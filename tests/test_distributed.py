@@ -98,9 +98,9 @@ def test_actors_and_bundles_land_on_their_nodes(cluster, tmp_path):
     algo = config.build()
     try:
         table = ray.util.placement_group_table(algo._placement.group)
-        bundle_nodes = [table["bundles_to_node_id"][i] for i in range(4)]
-        assert bundle_nodes[1] == cluster["learner"]
-        assert bundle_nodes[2:] == [cluster["rollout"]] * 2
+        # No bundle for the driver (this process): one learner bundle, then two env-runner ones.
+        bundle_nodes = [table["bundles_to_node_id"][i] for i in range(len(table["bundles"]))]
+        assert bundle_nodes == [cluster["learner"]] + [cluster["rollout"]] * 2
         assert (
             algo.workers.foreach_worker(node_of_current_process, local_worker=False)
             == [cluster["rollout"]] * 2
@@ -176,7 +176,7 @@ def test_unsatisfiable_placement_fails_fast_with_what_was_asked(tmp_path):
     )
     started = time.monotonic()
     with pytest.raises(
-        ResourceError, match=r"requested 2 bundles .*rltrainer_gpu_node.*the cluster has .*rltrainer_rollout"
+        ResourceError, match=r"requested 1 bundles .*rltrainer_gpu_node.*the cluster has .*rltrainer_rollout"
     ):
         config.build()
     assert time.monotonic() - started < 15

@@ -215,7 +215,7 @@ def test_evaluation_uses_evaluation_config_exploration(tmp_path):
     algo = config.build()
     try:
         algo.evaluate()
-        assert isinstance(algo._eval_runner.policy.exploration, AlwaysZero)
+        assert isinstance(algo.evaluation_workers.local_worker().policy.exploration, AlwaysZero)
         assert type(algo.get_policy().exploration).__name__ == "Random"
         # CartPole always pushed left falls within a few steps
         assert algo.evaluate()["evaluation"]["episode_len_mean"] < 15

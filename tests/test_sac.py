@@ -169,20 +169,7 @@ def test_sac_needs_the_driver_learner():
         SACConfig().environment("Pendulum-v1").resources(num_learners=1).validate()
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-    """Ray for the remote-runner tests: the suite's cluster if one is up, else a local one."""
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.mark.usefixtures("ray_instance")
+@pytest.mark.usefixtures("local_ray")  # a new local instance (tests/conftest.py)
 @pytest.mark.parametrize("algo", ["DQN", "SAC"])
 def test_one_remote_env_runner(tmp_path, algo):
     if algo == "SAC":

@@ -25,15 +25,18 @@ import numpy as np
 import torch
 
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+from rltrainer.algorithms.callbacks import call_hook, make_callbacks
+from rltrainer.algorithms.evaluation_loop import Evaluation
 from rltrainer.checkpoint_store import apply_retention, open_checkpoint, upload_checkpoint
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
 from rltrainer.core.cluster import algorithm_bundles, init_ray, needs_ray, release, reserve
 from rltrainer.core.learner import Learner
 from rltrainer.core.learner_group import LearnerGroup
-from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
+from rltrainer.env.env_runner import EpisodeStats, Rollout
 from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
+from rltrainer.offline.output_writer import redirect_output, resolve_output
 from rltrainer.policy import Policy
 from rltrainer.results import ResultLogger, flatten, result_keys_for
 from rltrainer.storage import StorageError, is_remote, join_uri, open_storage, parent_uri
@@ -71,11 +74,15 @@ class Algorithm:
             config.environment(env)
         config.validate()
         self.config = config
+        self.callbacks = make_callbacks(config.callbacks_class)
         torch.set_num_threads(config.num_cpus_for_main_process)
         if config.seed is not None:
             random.seed(config.seed)
             np.random.seed(config.seed)
             torch.manual_seed(config.seed)
+        self._trial_uri: str | None = None
+        if config.output is not None:  # "logdir" (the trial folder) and relative paths: the driver's
+            config._output_path = resolve_output(config.output, lambda: self.trial_uri)
         # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.
         self._placement = None
         if needs_ray(config):
@@ -87,6 +94,7 @@ class Algorithm:
             local = self.env_runner_group.local_worker()
             self.observation_space = local.observation_space
             self.action_space = local.action_space
+            self._evaluation = Evaluation(self, self._placement)  # remote evaluation runners start here
             # The learner trains its own copy of the network; runners get its weights after each update.
             factory = partial(
                 make_learner, type(self).learner_class, self.observation_space, self.action_space, config
@@ -95,6 +103,8 @@ class Algorithm:
         except BaseException:
             if hasattr(self, "env_runner_group"):
                 self.env_runner_group.stop()
+            if hasattr(self, "_evaluation"):
+                self._evaluation.stop()
             release(self._placement)
             raise
         self.env_runner_group.sync_weights(self.learner_group.get_weights())
@@ -102,11 +112,19 @@ class Algorithm:
         self._episodes: deque[EpisodeStats] = deque(maxlen=config.metrics_num_episodes_for_smoothing)
         self._iteration_samples = 0
         self._iteration_episodes: list[EpisodeStats] = []
-        self._eval_runner: EnvRunner | None = None
-        self._trial_uri: str | None = None
         self._cache_dir: Path | None = None  # local copy of an s3:// trial's result files
         self._result_logger: ResultLogger | None = None
         self._last_result: dict[str, Any] | None = None
+        try:
+            self.setup()
+            call_hook(self.callbacks, "on_algorithm_init", algorithm=self)
+        except BaseException:
+            self.stop()
+            raise
+
+    def setup(self) -> None:
+        """Build what the algorithm needs besides env runners and learners (e.g. a replay
+        buffer); runs at the end of ``__init__``, before ``on_algorithm_init``."""
 
     @classmethod
     def result_keys(cls) -> list[str]:
@@ -136,13 +154,19 @@ class Algorithm:
         self._iteration_samples, self._iteration_episodes = 0, []
         trained_before = self.counters.num_env_steps_trained
         cfg = self.config
-        while True:
-            stats = self.training_step()
-            elapsed = time.perf_counter() - start
-            if elapsed >= cfg.min_time_s_per_iteration and (
-                self._iteration_samples >= cfg.min_sample_timesteps_per_iteration
-            ):
-                break
+        # evaluation_parallel_to_training: evaluating (in a thread) while the training step runs.
+        parallel = self._evaluation.start_parallel(self.counters.training_iteration + 1)
+        try:
+            while True:
+                stats = self.training_step()
+                elapsed = time.perf_counter() - start
+                if elapsed >= cfg.min_time_s_per_iteration and (
+                    self._iteration_samples >= cfg.min_sample_timesteps_per_iteration
+                ):
+                    break
+        finally:
+            if parallel is not None:
+                parallel.finish()  # an "auto" evaluation ends with the training step
         self.counters.training_iteration += 1
         self.counters.episodes_total += len(self._iteration_episodes)
         self.counters.time_total_s += elapsed
@@ -151,7 +175,7 @@ class Algorithm:
             "timesteps_total": self.counters.timesteps_total,
             "time_this_iter_s": elapsed,
             "time_total_s": self.counters.time_total_s,
-            **episode_metrics(self._episodes),
+            **episode_metrics(self._episodes, cfg.keep_per_episode_custom_metrics),
             "episodes_this_iter": len(self._iteration_episodes),
             "episodes_total": self.counters.episodes_total,
             "num_env_steps_sampled": self._iteration_samples,
@@ -162,9 +186,14 @@ class Algorithm:
             "num_env_runner_restarts": self.env_runner_group.num_restarts,
             **stats,
         }
-        if cfg.evaluation_interval and self.counters.training_iteration % cfg.evaluation_interval == 0:
-            result.update(self.evaluate())
+        if self._evaluation.due(self.counters.training_iteration):
+            result.update(parallel.result() if parallel is not None else self.evaluate())
+        elif cfg.always_attach_evaluation_results and self._evaluation.last_results is not None:
+            result.update(self._evaluation.last_results)
         result["timestamp"] = int(time.time())
+        call_hook(self.callbacks, "on_train_result", algorithm=self, result=result)
+        if cfg.env_task_fn is not None:  # curriculum: the next iteration samples on the new tasks
+            self.env_runner_group.apply_env_task_fn(result)
         self._log_result(result)
         self._last_result = result
         if cfg.checkpoint_frequency and self.counters.training_iteration % cfg.checkpoint_frequency == 0:
@@ -179,31 +208,27 @@ class Algorithm:
                 )
         return result
 
-    def evaluate(self) -> dict[str, Any]:
-        """Run ``evaluation_duration`` episodes (or timesteps) with ``evaluation_config`` applied."""
-        if self._eval_runner is None:
-            # Its own worker index, so its env seeds and action RNG differ from the training runners'.
-            self._eval_runner = EnvRunner(
-                self.config.get_evaluation_config(), worker_index=self.config.num_env_runners + 1
-            )
-        local = self.env_runner_group.local_worker()
-        self._eval_runner.set_weights(local.get_weights())
-        self._eval_runner.set_global_timestep(self.counters.timesteps_total)  # exploration schedules
-        self._eval_runner.set_filter_state(local.get_filter_state())
-        by_episodes = self.config.evaluation_duration_unit == "episodes"
-        duration = self.config.evaluation_duration
-        episodes, steps = self._eval_runner.sample_episodes(
-            num_episodes=duration if by_episodes else None,
-            num_timesteps=None if by_episodes else duration,
-        )
-        metrics = episode_metrics(episodes)
-        metrics["episodes_this_iter"] = len(episodes)
-        # Evaluation samples in the driver: no remote evaluation runners to be healthy or restarted.
-        metrics["num_healthy_env_runners"] = 0
-        metrics["num_env_runner_restarts"] = 0
-        metrics["num_env_steps_sampled"] = steps
-        metrics["episode_returns"] = [e.episode_return for e in episodes]
-        return {"evaluation": metrics}
+    def evaluate(self, parallel_train_future: Any = None) -> dict[str, Any]:
+        """Evaluate the current weights with ``evaluation_config`` applied: ``evaluation_duration``
+        episodes (or timesteps) on the evaluation env runners, or the ``custom_evaluation_function``.
+        Returns ``{"evaluation": metrics}`` (README, "Evaluation").
+
+        ``parallel_train_future``: set by ``train()`` with ``evaluation_parallel_to_training``,
+        the training step running meanwhile (its ``done()`` ends an ``"auto"`` evaluation;
+        called directly, an ``"auto"`` evaluation runs one round).
+        """
+        call_hook(self.callbacks, "on_evaluate_start", algorithm=self)
+        results = {"evaluation": self._evaluation.run(parallel_train_future)}
+        call_hook(self.callbacks, "on_evaluate_end", algorithm=self, evaluation_metrics=results)
+        self._evaluation.last_results = results
+        return results
+
+    @property
+    def eval_env_runner_group(self) -> EnvRunnerGroup:
+        """The evaluation env runners (``evaluation_num_env_runners`` actors and a local one)."""
+        return self._evaluation.group
+
+    evaluation_workers = eval_env_runner_group  # RLlib's older name
 
     # --- inference ----------------------------------------------------------------------
     def get_policy(self, policy_id: str = "default_policy") -> Policy:  # noqa: ARG002
@@ -227,6 +252,8 @@ class Algorithm:
             return action
         extra = {key: value[0] for key, value in policy.extra_fetches(flat, out).items()}
         return action, [], extra
+
+    compute_action = compute_single_action  # the Trainer-era name
 
     def compute_actions(
         self, observations: Any, explore: bool | None = None, full_fetch: bool = False
@@ -336,6 +363,9 @@ class Algorithm:
             self._result_logger = None
         self._remove_cache()
         self._trial_uri = parent_uri(checkpoint_path)
+        if self.config.output == "logdir":  # the sampled batches go to the resumed trial's folder too
+            self.config._output_path = resolve_output("logdir", lambda: self.trial_uri)
+            self.env_runner_group.foreach_worker(partial(redirect_output, path=self.config._output_path))
 
     restore_from_path = restore
 
@@ -422,6 +452,7 @@ class Algorithm:
             EpisodeStats(r, n)
             for r, n in zip(curve.get("episode_returns", []), curve.get("episode_lens", []), strict=True)
         )
+        call_hook(self.callbacks, "on_checkpoint_loaded", algorithm=self)
 
     # --- results folder -------------------------------------------------------------------
     @property
@@ -455,7 +486,9 @@ class Algorithm:
         if self._result_logger is None:
             remote = is_remote(self.trial_uri)
             storage = open_storage(self.trial_uri, self.config.storage_options) if remote else None
-            self._result_logger = ResultLogger(self.trial_dir, self.config.to_dict(), storage)
+            self._result_logger = ResultLogger(
+                self.trial_dir, self.config.to_dict(), storage, self.config.logger_config
+            )
         self._result_logger.log(result)
 
     def _remove_cache(self) -> None:
@@ -467,10 +500,9 @@ class Algorithm:
         """Release envs, actors, the placement group and open files."""
         self.env_runner_group.stop()
         self.learner_group.stop()
+        self._evaluation.stop()
         release(self._placement)
         self._placement = None
-        if self._eval_runner is not None:
-            self._eval_runner.stop()
         if self._result_logger is not None:
             self._result_logger.close()
             self._result_logger = None
@@ -508,8 +540,10 @@ def make_learner(
     return learner_class(policy.model, policy.dist_class, config, device=device)
 
 
-def episode_metrics(episodes: Any) -> dict[str, float]:
-    """Mean/min/max return and mean length of ``episodes`` (NaN when there are none)."""
+def episode_metrics(episodes: Any, keep_per_episode_custom_metrics: bool = False) -> dict[str, Any]:
+    """Mean/min/max return and mean length of ``episodes`` (NaN when there are none), and
+    the callbacks' ``custom_metrics`` (``<name>_mean|min|max``, or per-episode lists) and
+    ``hist_stats`` (each ``hist_data`` list, concatenated over the episodes)."""
     if not episodes:
         nan = float("nan")
         return {
@@ -517,11 +551,42 @@ def episode_metrics(episodes: Any) -> dict[str, float]:
             "episode_return_min": nan,
             "episode_return_max": nan,
             "episode_len_mean": nan,
+            "custom_metrics": {},
         }
     returns = np.array([e.episode_return for e in episodes])
-    return {
+    metrics: dict[str, Any] = {
         "episode_return_mean": float(returns.mean()),
         "episode_return_min": float(returns.min()),
         "episode_return_max": float(returns.max()),
         "episode_len_mean": float(np.mean([e.episode_len for e in episodes])),
+        "custom_metrics": custom_metric_summary(episodes, keep_per_episode_custom_metrics),
     }
+    hist: dict[str, list] = {}
+    for episode in episodes:
+        for name, values in (episode.hist_data or {}).items():
+            hist.setdefault(name, []).extend(values if isinstance(values, list | tuple) else [values])
+    if hist:
+        metrics["hist_stats"] = hist
+    return metrics
+
+
+def custom_metric_summary(episodes: Any, keep_per_episode: bool = False) -> dict[str, Any]:
+    """``{name}_mean``, ``_min`` and ``_max`` over the episodes that set the metric (RLlib's
+    rule: values that are not finite numbers are left out), or each name's list of values."""
+    values: dict[str, list] = {}
+    for episode in episodes:
+        for name, value in (episode.custom_metrics or {}).items():
+            values.setdefault(name, []).append(value)
+    if keep_per_episode:
+        return values
+    summary: dict[str, float] = {}
+    for name, items in values.items():
+        numbers = [
+            float(v) for v in items if isinstance(v, int | float | np.number) and not isinstance(v, bool)
+        ]
+        numbers = [v for v in numbers if np.isfinite(v)]
+        if numbers:
+            summary[f"{name}_mean"] = float(np.mean(numbers))
+            summary[f"{name}_min"] = float(np.min(numbers))
+            summary[f"{name}_max"] = float(np.max(numbers))
+    return summary

@@ -10,7 +10,6 @@ naming the key and what is allowed.
 from __future__ import annotations
 
 import difflib
-import logging
 from typing import Annotated, Any, ClassVar, Literal
 
 import gymnasium as gym
@@ -49,6 +48,8 @@ ALIASES: dict[str, str] = {
     "ignore_worker_failures": "ignore_env_runner_failures",
     "recreate_failed_workers": "restart_failed_env_runners",
     "recreate_failed_env_runners": "restart_failed_env_runners",
+    "callbacks": "callbacks_class",
+    "evaluation_num_workers": "evaluation_num_env_runners",
 }
 
 
@@ -103,6 +104,7 @@ class AlgorithmConfig(BaseModel):
             "clip_rewards",
             "normalize_actions",
             "clip_actions",
+            "env_task_fn",
         ),
         "env_runners": (
             "num_env_runners",
@@ -117,7 +119,13 @@ class AlgorithmConfig(BaseModel):
             "evaluation_interval",
             "evaluation_duration",
             "evaluation_duration_unit",
+            "evaluation_sample_timeout_s",
+            "evaluation_parallel_to_training",
+            "evaluation_force_reset_envs_before_iteration",
             "evaluation_config",
+            "evaluation_num_env_runners",
+            "custom_evaluation_function",
+            "always_attach_evaluation_results",
         ),
         "exploration": ("explore", "exploration_config"),
         "reporting": (
@@ -127,6 +135,7 @@ class AlgorithmConfig(BaseModel):
             "storage_path",
             "storage_options",
             "experiment_name",
+            "keep_per_episode_custom_metrics",
         ),
         "checkpointing": (
             "checkpoint_frequency",
@@ -136,7 +145,9 @@ class AlgorithmConfig(BaseModel):
             "checkpoint_score_order",
             "store_buffer_in_checkpoints",
         ),
-        "debugging": ("log_level", "seed"),
+        "callbacks": ("callbacks_class",),
+        "debugging": ("log_level", "seed", "logger_config"),
+        "offline_data": ("output", "output_config", "output_max_file_size"),
         "fault_tolerance": (
             "restart_failed_env_runners",
             "ignore_env_runner_failures",
@@ -176,6 +187,10 @@ class AlgorithmConfig(BaseModel):
     """Box actions: the policy acts in [-1, 1], rescaled to the space's bounds."""
     clip_actions: bool = False
     """Box actions: clip to the space's bounds before stepping the env."""
+    env_task_fn: Any = None
+    """Curriculum: ``fn(train_results, task_settable_env, env_ctx) -> task``, called after every
+    ``train()`` for each sub-env of every env runner, which is set to the task returned where it
+    differs; the env must be a ``TaskSettableEnv``. A function or ``"package.module:function"``."""
 
     # --- env runners -------------------------------------------------------------
     num_env_runners: int = Field(0, ge=0)
@@ -206,14 +221,35 @@ class AlgorithmConfig(BaseModel):
     """Network architecture; ``training(model={...})`` updates only the keys given."""
 
     # --- evaluation --------------------------------------------------------------
-    evaluation_interval: int | None = Field(None, ge=1)
-    """Evaluate every this many ``train()`` calls; ``None`` never evaluates automatically."""
-    evaluation_duration: int = Field(10, ge=1)
-    """How many episodes (or timesteps, see the unit) one evaluation runs."""
+    evaluation_interval: int | None = Field(None, ge=0)
+    """Evaluate every this many ``train()`` calls; ``None`` (or 0) never evaluates automatically."""
+    evaluation_duration: Annotated[int, Field(ge=1)] | Literal["auto"] = 10
+    """How many episodes (or timesteps, see the unit) one evaluation runs, split among the
+    evaluation env runners; ``"auto"`` (with ``evaluation_parallel_to_training``): as long as
+    the training step runs."""
     evaluation_duration_unit: Literal["episodes", "timesteps"] = "episodes"
     """Unit of ``evaluation_duration``."""
+    evaluation_sample_timeout_s: float = Field(120.0, gt=0)
+    """How long to wait for remote evaluation runners' samples: a runner that misses it is
+    handled per the fault-tolerance settings and the evaluation ends with what arrived."""
+    evaluation_parallel_to_training: bool = False
+    """Evaluate on the remote evaluation runners while the training step runs, with the
+    weights from before that step (needs ``evaluation_num_env_runners >= 1``)."""
+    evaluation_force_reset_envs_before_iteration: bool = True
+    """Reset the evaluation envs before each evaluation; ``False`` continues the episodes the
+    last evaluation left running (their returns then mix older weights in)."""
     evaluation_config: dict[str, Any] | None = None
-    """Config overrides for evaluation, e.g. ``{"explore": False}``."""
+    """Config overrides for evaluation, e.g. ``{"explore": False}`` or
+    ``{"env_config": {...}}`` (any setting; ``num_env_runners`` is ``evaluation_num_env_runners``)."""
+    evaluation_num_env_runners: int = Field(0, ge=0)
+    """Remote evaluation env-runner actors (own placement-group bundles, restarted like the
+    training ones); 0 evaluates in the driver."""
+    custom_evaluation_function: Any = None
+    """``fn(algorithm, eval_workers) -> dict`` of metrics, run instead of the built-in
+    evaluation (``eval_workers``: the evaluation ``EnvRunnerGroup``, weights already synced).
+    A function or ``"package.module:function"``."""
+    always_attach_evaluation_results: bool = False
+    """Report the latest evaluation results in iterations that do not evaluate too."""
 
     # --- exploration -------------------------------------------------------------
     explore: bool = True
@@ -239,6 +275,14 @@ class AlgorithmConfig(BaseModel):
     ``retry_delay_s`` (never credentials: the config is saved in every checkpoint)."""
     experiment_name: str | None = None
     """Results folder name; defaults to ``<ALGO>_<env>``."""
+    keep_per_episode_custom_metrics: bool = False
+    """Report each custom metric's per-episode values (``custom_metrics/<name>``, a list)
+    instead of their ``_mean``, ``_min`` and ``_max``."""
+
+    # --- callbacks -----------------------------------------------------------------
+    callbacks_class: Any = Field(default_factory=lambda: _default_callbacks())
+    """A ``DefaultCallbacks`` subclass (or a list of them, run in order, or
+    ``"package.module:Class"``) whose hooks run in the driver, env runners and learners."""
 
     # --- checkpointing -----------------------------------------------------------
     checkpoint_frequency: int = Field(0, ge=0)
@@ -258,7 +302,23 @@ class AlgorithmConfig(BaseModel):
     log_level: Literal["DEBUG", "INFO", "WARN", "WARNING", "ERROR"] = "WARN"
     """Level of the ``rltrainer`` logger."""
     seed: int | None = None
-    """Seeds torch, numpy and the envs (each env gets its own derived seed)."""
+    """Seeds torch, numpy and the envs (each env gets its own derived seed), in the driver, the
+    env runners and the learners: the same seed and config give the same results."""
+    logger_config: dict[str, Any] | None = None
+    """Result writers: ``{"type": NAME or [NAME, ...]}``, a NAME being ``"json"`` (result.json),
+    ``"csv"`` (progress.csv), ``"tensorboard"`` (event file), Tune's ``JsonLogger``,
+    ``CSVLogger``, ``TBXLogger`` or ``UnifiedLogger`` (all three), or a class
+    (``"package.module:Class"``; see ``rltrainer.results``); ``None``: all three."""
+
+    # --- offline data ------------------------------------------------------------
+    output: str | None = None
+    """Write every sampled batch to: ``None`` (nowhere), ``"logdir"`` (``<trial folder>/output``),
+    a directory, or ``"s3://bucket/prefix"`` (see ``rltrainer.offline.output_writer``)."""
+    output_config: dict[str, Any] = Field(default_factory=dict)
+    """``{"format": "parquet" | "json", "compression": ...}``; Parquet (snappy) by default,
+    ``"json"`` writes JSON lines; Parquet codecs: snappy, zstd, gzip, brotli, lz4, none."""
+    output_max_file_size: int = Field(64 * 1024 * 1024, ge=1)
+    """Bytes after which an output file is complete and the next one begins."""
 
     # --- fault tolerance (RLlib's names and meanings) ------------------------------
     restart_failed_env_runners: bool = True
@@ -304,6 +364,8 @@ class AlgorithmConfig(BaseModel):
     """Only torch is supported; ``.framework("torch")`` is accepted for compatibility."""
 
     _algo_class: type | None = PrivateAttr(default=None)
+    # ``output`` as the driver resolved it ("logdir" -> <trial folder>/output), set by the algorithm.
+    _output_path: str | None = PrivateAttr(default=None)
 
     def __init__(self, algo_class: type | None = None, **data: Any) -> None:
         super().__init__(**data)
@@ -319,6 +381,8 @@ class AlgorithmConfig(BaseModel):
     def env_runners(self, **kwargs: Any) -> AlgorithmConfig:
         """How many env runners sample, with how many vectorized envs, in what batch mode."""
         return self._update("env_runners", kwargs)
+
+    rollouts = env_runners  # the name of RLlib 2.x's documents (with num_rollout_workers=...)
 
     def training(self, **kwargs: Any) -> AlgorithmConfig:
         """Optimization settings (subclasses add their algorithm's own)."""
@@ -342,14 +406,21 @@ class AlgorithmConfig(BaseModel):
 
     def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:
         """What happens when a remote env runner (or one of its envs) fails."""
-        for old, new in ALIASES.items():
-            if old in kwargs and new in self.SECTIONS["fault_tolerance"]:
-                kwargs[new] = kwargs.pop(old)
         return self._update("fault_tolerance", kwargs)
 
+    def callbacks(self, callbacks_class: Any = None, **kwargs: Any) -> AlgorithmConfig:
+        """Which ``DefaultCallbacks`` subclass (or list of them) runs at the hooks of training."""
+        if callbacks_class is not None:
+            kwargs["callbacks_class"] = callbacks_class
+        return self._update("callbacks", kwargs)
+
     def debugging(self, **kwargs: Any) -> AlgorithmConfig:
-        """Log level and random seed."""
+        """Log level, random seed and result writers."""
         return self._update("debugging", kwargs)
+
+    def offline_data(self, **kwargs: Any) -> AlgorithmConfig:
+        """Where and how env runners write the trajectories they sample."""
+        return self._update("offline_data", kwargs)
 
     def resources(self, **kwargs: Any) -> AlgorithmConfig:
         """CPUs, GPUs and custom resources for learners and env runners."""
@@ -371,6 +442,21 @@ class AlgorithmConfig(BaseModel):
         out["framework"] = out.pop("framework_str")
         if isinstance(self.env, type):
             out["env"] = f"{self.env.__module__}:{self.env.__qualname__}"
+        if callable(self.env_task_fn):
+            from rltrainer.env.apis.task_settable_env import env_task_fn_path
+
+            out["env_task_fn"] = env_task_fn_path(self.env_task_fn)
+        if callable(self.custom_evaluation_function):
+            from rltrainer.algorithms.evaluation_loop import function_path
+
+            out["custom_evaluation_function"] = function_path(self.custom_evaluation_function)
+        from rltrainer.algorithms.callbacks import callbacks_to_json
+
+        out["callbacks_class"] = callbacks_to_json(self.callbacks_class)
+        if self.logger_config is not None:
+            from rltrainer.results import logger_config_to_json
+
+            out["logger_config"] = logger_config_to_json(self.logger_config)
         kind = self.exploration_config.get("type")
         if isinstance(kind, type):
             out["exploration_config"]["type"] = f"{kind.__module__}:{kind.__qualname__}"
@@ -445,6 +531,11 @@ class AlgorithmConfig(BaseModel):
                     f"evaluation_config has unknown key(s) {unknown}; "
                     f"allowed: {', '.join(self._all_fields())}"
                 )
+            try:
+                self.get_evaluation_config()
+            except ConfigError as err:
+                raise ConfigError(f"evaluation_config: {str(err).removeprefix('config(): ')}") from None
+        _check_evaluation(self)
 
     def get_rollout_fragment_length(self) -> int:
         """Steps per env per sample call, deriving "auto" from the train batch size."""
@@ -453,11 +544,22 @@ class AlgorithmConfig(BaseModel):
         envs = max(self.num_env_runners, 1) * self.num_envs_per_env_runner
         return max(1, -(-self.train_batch_size // envs))
 
+    def get_output_path(self) -> str | None:
+        """Where env runners write sampled batches: ``output`` as the algorithm resolved it in the
+        driver (``"logdir"``: ``<trial folder>/output``; ``None`` before one was built)."""
+        if self.output == "logdir":
+            return self._output_path
+        return self._output_path or self.output
+
     def get_evaluation_config(self) -> AlgorithmConfig:
-        """This config with ``evaluation_config`` applied."""
+        """This config with ``evaluation_config`` applied (``env_config`` is merged into the
+        training one, as RLlib does: keys not given keep their values)."""
         clone = self.copy()
         if self.evaluation_config:
-            clone.update_from_dict(self.evaluation_config)
+            overrides = dict(self.evaluation_config)
+            if isinstance(overrides.get("env_config"), dict):
+                overrides["env_config"] = _deep_merge(self.env_config, overrides["env_config"])
+            clone.update_from_dict(overrides)
         return clone
 
     @property
@@ -477,6 +579,8 @@ class AlgorithmConfig(BaseModel):
     ) -> AlgorithmConfig:
         allowed = allowed if allowed is not None else self.SECTIONS[section]
         for key, value in kwargs.items():
+            if key not in allowed and ALIASES.get(key) in allowed:
+                key = ALIASES[key]  # noqa: PLW2901 - RLlib's older name for the field
             if key not in allowed:
                 hint = difflib.get_close_matches(key, allowed, n=1)
                 suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
@@ -502,7 +606,9 @@ class AlgorithmConfig(BaseModel):
                     f"{section}(): invalid value for '{key}': {problem} (got {got}). {key}: {expected}"
                 ) from None
         if "log_level" in kwargs:
-            logging.getLogger("rltrainer").setLevel(self.log_level.replace("WARN", "WARNING", 1))
+            from rltrainer.utils.debugging import set_log_level
+
+            set_log_level(self.log_level)
         return self
 
     def _merged_exploration_config(self, section: str, value: Any) -> dict[str, Any]:
@@ -549,6 +655,53 @@ class AlgorithmConfig(BaseModel):
             return env
         raise ValueError('must be an env name, "package.module:Class", or a gymnasium.Env subclass')
 
+    @field_validator("env_task_fn")
+    @classmethod
+    def _env_task_fn(cls, fn: Any) -> Any:
+        if fn is None or callable(fn) or (isinstance(fn, str) and ":" in fn.strip(":")):
+            return fn  # a name is imported when the algorithm is built (not by the operator)
+        raise ValueError(
+            'must be a function (train_results, env, env_ctx) -> task, or "package.module:function"'
+        )
+
+    @field_validator("custom_evaluation_function")
+    @classmethod
+    def _custom_evaluation_function(cls, fn: Any) -> Any:
+        if fn is None or callable(fn) or (isinstance(fn, str) and ":" in fn.strip(":")):
+            return fn  # a name is imported when the algorithm is built (not by the operator)
+        raise ValueError('must be a function (algorithm, eval_workers) -> dict, or "package.module:function"')
+
+    @field_validator("callbacks_class")
+    @classmethod
+    def _callbacks_class(cls, value: Any) -> Any:
+        from rltrainer.algorithms.callbacks import check_callbacks_class
+
+        try:
+            return check_callbacks_class(value)
+        except ConfigError as err:
+            raise ValueError(str(err).removeprefix("callbacks(): ")) from None
+
+    @field_validator("logger_config")
+    @classmethod
+    def _logger_config(cls, config: dict[str, Any] | None) -> dict[str, Any] | None:
+        from rltrainer.results import check_logger_config
+
+        return config if config is None else check_logger_config(config)
+
+    @field_validator("output")
+    @classmethod
+    def _output(cls, output: str | None) -> str | None:
+        if output is not None and not output.strip():
+            raise ValueError("must be None, 'logdir', a directory or 's3://bucket/prefix', not empty")
+        return output
+
+    @field_validator("output_config")
+    @classmethod
+    def _output_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        from rltrainer.offline.output_writer import check_output_config
+
+        return check_output_config(config)
+
     @field_validator("storage_options")
     @classmethod
     def _storage_options(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -570,6 +723,35 @@ class AlgorithmConfig(BaseModel):
         if space is None or isinstance(space, gym.Space):
             return space
         raise ValueError("must be a gymnasium.spaces.Space")
+
+
+def _default_callbacks() -> type:
+    from rltrainer.algorithms.callbacks import DefaultCallbacks
+
+    return DefaultCallbacks
+
+
+def _deep_merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated with ``updates``, nested dicts merged key by key."""
+    merged = dict(base)
+    for key, value in updates.items():
+        old = merged.get(key)
+        merged[key] = _deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def _check_evaluation(config: AlgorithmConfig) -> None:
+    """RLlib's rules: parallel evaluation needs remote evaluation runners; "auto" needs parallel."""
+    if config.evaluation_parallel_to_training and config.evaluation_num_env_runners == 0:
+        raise ConfigError(
+            "evaluation_parallel_to_training=True needs remote evaluation runners: set "
+            "evaluation_num_env_runners >= 1, or evaluation_parallel_to_training=False"
+        )
+    if config.evaluation_duration == "auto" and not config.evaluation_parallel_to_training:
+        raise ConfigError(
+            "evaluation_duration='auto' (evaluate as long as the training step runs) needs "
+            "evaluation_parallel_to_training=True; otherwise give a number of episodes or timesteps"
+        )
 
 
 def _check_schedule(name: str, schedule: PiecewiseSchedule) -> None:

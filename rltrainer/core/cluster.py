@@ -1,7 +1,11 @@
 """Ray connection and the algorithm's placement group.
 
-An algorithm reserves ONE placement group: bundle 0 for the driver, then one bundle per
-learner, then one per env runner, each actor pinned to its bundle. Learner bundles carry
+An algorithm reserves ONE placement group: one bundle per learner, then one per env runner,
+then one per evaluation env runner, each actor pinned to its bundle. The driver is the
+calling process, not an actor, so a standalone algorithm reserves nothing for it (two
+algorithms fit side by side on a laptop);
+Tune, which starts the driver as a trial actor, gets a driver bundle first from
+``Algorithm.default_resource_request``. Learner bundles carry
 ``custom_resources_per_learner`` and env-runner bundles ``custom_resources_per_env_runner``,
 so on a cluster whose learner nodes advertise e.g. ``{"rltrainer_learner": 1}`` and rollout
 nodes ``{"rltrainer_rollout": 4}`` every actor lands on the right kind of node.
@@ -27,12 +31,13 @@ class Placement:
 
     group: Any  # ray.util.placement_group.PlacementGroup
     num_learners: int
+    first_actor_bundle: int = 0  # 1 when bundle 0 is the driver's (a Tune trial's group)
 
     def learner_bundle(self, index: int) -> int:
-        return 1 + index
+        return self.first_actor_bundle + index
 
     def env_runner_bundle(self, index: int) -> int:
-        return 1 + self.num_learners + index
+        return self.first_actor_bundle + self.num_learners + index
 
     def actor_options(self, bundle: Bundle, bundle_index: int) -> dict[str, Any]:
         """``ray.remote(...).options()`` for an actor using ``bundle``, pinned to its bundle."""
@@ -72,27 +77,39 @@ def env_runner_bundle(config: Any) -> Bundle:
 
 
 def algorithm_bundles(config: Any) -> list[Bundle]:
-    """Driver bundle, then ``num_learners`` learner bundles, then ``num_env_runners`` env-runner ones."""
+    """Driver bundle, then the actors' bundles (what Tune reserves for one trial)."""
     driver: Bundle = {"CPU": float(config.num_cpus_for_main_process)}
     if config.num_learners == 0 and config.num_gpus > 0:
         driver["GPU"] = float(config.num_gpus)
+    return [driver, *actor_bundles(config)]
+
+
+def actor_bundles(config: Any) -> list[Bundle]:
+    """``num_learners`` learner bundles, then ``num_env_runners`` env-runner ones, then
+    ``evaluation_num_env_runners`` ones (with ``evaluation_config``'s resources, as RLlib)."""
+    evaluation: list[Bundle] = []
+    if config.evaluation_num_env_runners:
+        bundle = env_runner_bundle(config.get_evaluation_config())
+        evaluation = [dict(bundle) for _ in range(config.evaluation_num_env_runners)]
     return (
-        [driver]
-        + [learner_bundle(config) for _ in range(config.num_learners)]
+        [learner_bundle(config) for _ in range(config.num_learners)]
         + [env_runner_bundle(config) for _ in range(config.num_env_runners)]
+        + evaluation
     )
 
 
 def needs_ray(config: Any) -> bool:
-    """Only remote env runners or learners need Ray; everything else runs in this process."""
-    return config.num_env_runners > 0 or config.num_learners > 0
+    """Only remote (evaluation) env runners or learners need Ray; everything else runs in this process."""
+    return config.num_env_runners > 0 or config.num_learners > 0 or config.evaluation_num_env_runners > 0
 
 
 def init_ray(config: Any) -> None:
     """Connect to Ray unless connected: ``RAY_ADDRESS`` if set, else a local instance.
 
-    A local instance gets at least as many CPUs as the placement group asks for, so a
-    laptop can run e.g. 4 env runners on 2 cores (oversubscribed, as RLlib's examples do).
+    A local instance gets twice the CPUs the algorithm's actors ask for (at least the
+    machine's cores), so a laptop can run e.g. 4 env runners on 2 cores (oversubscribed, as
+    RLlib's examples do) and a second algorithm of the same size can start beside the first
+    (e.g. one restored from the other's checkpoint while it is alive).
     """
     import ray
 
@@ -101,7 +118,7 @@ def init_ray(config: Any) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=True)
         return
-    bundles = algorithm_bundles(config)
+    bundles = actor_bundles(config)
     totals: Bundle = {}
     for bundle in bundles:
         for key, value in bundle.items():
@@ -109,9 +126,9 @@ def init_ray(config: Any) -> None:
     cpus, gpus = totals.pop("CPU", 0.0), totals.pop("GPU", 0.0)
     ray.init(
         address="local",  # a new instance: without it Ray would attach to any cluster on this machine
-        num_cpus=max(os.cpu_count() or 1, int(-(-cpus // 1))),
+        num_cpus=max(os.cpu_count() or 1, 2 * int(-(-cpus // 1))),
         num_gpus=int(-(-gpus // 1)) if gpus else None,
-        resources=totals or None,
+        resources={key: 2 * value for key, value in totals.items()} or None,
         include_dashboard=False,
         log_to_driver=True,
     )
@@ -119,12 +136,13 @@ def init_ray(config: Any) -> None:
 
 
 def reserve(config: Any) -> Placement:
-    """Reserve the algorithm's placement group, or fail saying what was asked and what exists."""
+    """Reserve the placement group of the algorithm's actors, or fail saying what was asked and
+    what exists."""
     import ray
     from ray.exceptions import GetTimeoutError
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    bundles = algorithm_bundles(config)
+    bundles = actor_bundles(config)
     group = placement_group(bundles, strategy=config.placement_strategy)
     try:
         ray.get(group.ready(), timeout=config.placement_timeout_s)

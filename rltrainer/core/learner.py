@@ -13,8 +13,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from rltrainer.algorithms.callbacks import call_hook, make_callbacks, overrides
 from rltrainer.core.optim import Adam, FlatParameters
 from rltrainer.policy import as_tensor
+from rltrainer.utils.debugging import apply_debugging
+from rltrainer.utils.sample_batch import SampleBatch, written_columns
 from rltrainer.utils.schedules import PiecewiseSchedule
 
 ADAM_EPS = 1e-5  # SB3's and CleanRL's Adam epsilon for on-policy training.
@@ -25,6 +28,7 @@ class Learner:
 
     def __init__(self, module: nn.Module, dist_class: type, config: Any, device: str = "cpu") -> None:
         self.config = config
+        apply_debugging(config)  # log level; in a learner actor also the seeds (minibatch order)
         self.device = torch.device(device)
         self.module = module.to(self.device)
         # What the loss calls: the module itself, or its DistributedDataParallel wrapper.
@@ -34,10 +38,36 @@ class Learner:
         self.lr_schedule = PiecewiseSchedule(config.lr)
         self.flat_params = FlatParameters(self.module)
         self.optimizer = Adam(self.flat_params, lr=self.lr_schedule(0), eps=ADAM_EPS)
+        self.init_callbacks()
+
+    def init_callbacks(self) -> None:
+        """This learner's instance of the config's callbacks (for ``on_learn_on_batch``)."""
+        self.callbacks = make_callbacks(self.config.callbacks_class)
+        self._calls_learn_hook = overrides(self.callbacks, "on_learn_on_batch")
 
     def update(self, rollouts: Any, timestep: int) -> dict[str, float]:
         """Build a train batch from the env runners' rollouts and update on it."""
-        return self.update_from_batch(self.build_batch(rollouts), timestep)
+        batch, extra = self.on_learn_on_batch(self.build_batch(rollouts))
+        return {**self.update_from_batch(batch, timestep), **extra}
+
+    def on_learn_on_batch(self, batch: Any) -> tuple[Any, dict[str, Any]]:
+        """Run the ``on_learn_on_batch`` callback on a train batch (a NamedTuple of columns).
+
+        Returns the batch with what the callback rewrote, and the keys it added to ``result``.
+        """
+        if not self._calls_learn_hook:
+            return batch, {}
+        columns = {name: value for name, value in batch._asdict().items() if value is not None}
+        train_batch = SampleBatch(columns)
+        result: dict[str, Any] = {}
+        call_hook(self.callbacks, "on_learn_on_batch", policy=self, train_batch=train_batch, result=result)
+        shapes = {name: np.shape(value) for name, value in columns.items()}
+        return batch._replace(**written_columns(train_batch, shapes, "on_learn_on_batch")), result
+
+    @property
+    def model(self) -> nn.Module:
+        """The trained module (what RLlib's ``policy.model`` is in ``on_learn_on_batch``)."""
+        return self.module
 
     def build_batch(self, rollouts: Any) -> Any:
         """Rollouts -> a flat train batch (numpy). Implemented by each algorithm."""

@@ -116,7 +116,7 @@ class LearnerGroup:
             return self._local.update(rollouts, timestep)
         import ray
 
-        batch = self._local.build_batch(rollouts)
+        batch, extra = self._local.on_learn_on_batch(self._local.build_batch(rollouts))
         shards = _even_shards(batch, len(self._remote))
         stats = self._get(
             [
@@ -125,7 +125,7 @@ class LearnerGroup:
             ]
         )
         self._local.set_weights(self._get([self._remote[0].apply.remote(lambda lrn: lrn.get_weights())])[0])
-        return stats[0]  # already averaged across learners
+        return {**stats[0], **extra}  # stats[0]: already averaged across learners
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         return self._local.get_weights()

@@ -19,12 +19,18 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from rltrainer.algorithms.callbacks import EPISODE_HOOKS, call_hook, make_callbacks, overrides
 from rltrainer.core import compiled
 from rltrainer.core.exploration import Exploration
 from rltrainer.core.filters import NoFilter, make_filter
+from rltrainer.env.apis.task_settable_env import TaskSettableEnv, carry_task, find_task_settable
 from rltrainer.env.env_context import EnvContext
+from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError
+from rltrainer.offline.output_writer import make_output_writer
+from rltrainer.utils.debugging import apply_debugging
+from rltrainer.utils.sample_batch import SampleBatch, written_columns
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +83,24 @@ class EnvStepError(RuntimeError):
 class EpisodeStats(NamedTuple):
     episode_return: float
     episode_len: int
+    custom_metrics: dict[str, float] | None = None  # set by callbacks (Episode.custom_metrics)
+    hist_data: dict[str, list[float]] | None = None
+
+
+def _not_task_settable(spec: Any, env: gym.Env, batched: bool) -> str:
+    """What ``env_task_fn`` needs, said about an env that is not a ``TaskSettableEnv``."""
+    name = f"{spec.__module__}:{spec.__qualname__}" if isinstance(spec, type) else spec
+    why = (
+        " (a gymnasium id with a vector_entry_point is stepped as one batched env, which has no "
+        "sub-envs to set tasks on)"
+        if batched
+        else ""
+    )
+    return (
+        "environment(): env_task_fn needs envs that are rltrainer.env.TaskSettableEnv subclasses "
+        f"(with get_task() and set_task(task)), but env {name!r} creates "
+        f"{type(env.unwrapped).__name__}{why}; subclass TaskSettableEnv or remove env_task_fn"
+    )
 
 
 class EnvRunner:
@@ -94,8 +118,11 @@ class EnvRunner:
         for name, creator in (env_creators or {}).items():
             register_env(name, creator)
         self.config = config
+        apply_debugging(config, seed_offset=1000 * worker_index)  # log level; seeds in an actor
         self.worker_index = worker_index
         self._ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
+        self.callbacks = make_callbacks(config.callbacks_class)
+        self._where = f" in env runner {worker_index}"  # for callback errors
         self.env = self._make_envs()
         self.num_envs = self.env.num_envs
         self.observation_space = config.observation_space or self.env.single_observation_space
@@ -121,6 +148,13 @@ class EnvRunner:
             type(self.policy.exploration).on_episodes_done is not Exploration.on_episodes_done
         )
         self._seeded = False
+        self.output_writer = make_output_writer(config, worker_index, self.num_envs)  # offline_data()
+        logger.debug("env runner %d: %d x %s, seed %s", worker_index, self.num_envs, config.env, config.seed)
+        # Episode objects for callbacks, only when an episode hook is overridden (see EpisodeTracker).
+        self._tracker: EpisodeTracker | None = None
+        if any(overrides(self.callbacks, hook) for hook in EPISODE_HOOKS):
+            self._tracker = EpisodeTracker(self, self.callbacks)
+        self._calls_sample_end = overrides(self.callbacks, "on_sample_end")
 
     # --- sampling ------------------------------------------------------------------
     def sample(self, explore: bool | None = None) -> tuple[Rollout, list[EpisodeStats]]:
@@ -136,7 +170,7 @@ class EnvRunner:
         failures = 0
         while True:
             try:
-                return self._rollout(steps, explore, complete_episodes=complete), self.pop_episodes()
+                rollout = self._rollout(steps, explore, complete_episodes=complete)
             except EnvStepError as err:
                 failures += 1
                 tolerance = self.config.num_consecutive_env_runner_failures_tolerance
@@ -144,35 +178,90 @@ class EnvRunner:
                     raise
                 logger.warning("env runner %d: %s; recreating its envs", self.worker_index, err)
                 self._recreate_envs()
+                continue
+            if self._calls_sample_end:
+                rollout = self._sample_end(rollout)
+            if self.output_writer is not None:
+                self.output_writer.write(rollout)
+            return rollout, self.pop_episodes()
+
+    def _sample_end(self, rollout: Rollout) -> Rollout:
+        """``on_sample_end`` with the fragment as a ``SampleBatch`` of ``[T, N]`` columns."""
+        samples = SampleBatch(rollout._asdict())
+        call_hook(self.callbacks, "on_sample_end", self._where, worker=self, samples=samples)
+        shapes = {name: value.shape for name, value in rollout._asdict().items()}
+        return Rollout(**written_columns(samples, shapes, "on_sample_end"))
+
+    def _with_custom_metrics(self, episodes: Any) -> list[EpisodeStats]:
+        """Ended episodes' statistics, with the custom metrics callbacks set on each."""
+        episodes = list(episodes)
+        if self._tracker is None:
+            return episodes
+        tracked = self._tracker.pop_completed()  # the same episodes, in the same (step, env) order
+        return [  # (EpisodeStats(...), not ._replace: that is 10x slower, and this runs per episode)
+            EpisodeStats(stats[0], stats[1], episode.custom_metrics or None, episode.hist_data or None)
+            for stats, episode in zip(episodes, tracked, strict=True)
+        ]
 
     def _recreate_envs(self) -> None:
+        failed = self._sub_envs()
         try:
             self.env.close()
         except Exception:  # noqa: BLE001 - a broken env may fail to close too
             logger.debug("closing a failed env raised", exc_info=True)
         self.env = self._make_envs()
+        for old, new in zip(failed, self._sub_envs(), strict=True):
+            carry_task(old, new)  # TaskSettableEnvs keep their (curriculum) tasks
         self._obs = None
 
     def _make_envs(self) -> gym.vector.VectorEnv:
-        return make_vector_env(
+        per_env = overrides(self.callbacks, "on_sub_environment_created")
+        env = make_vector_env(
             self.config.env,
             self._ctx,
             self.config.num_envs_per_env_runner,
             restart_failed=self.config.restart_failed_sub_environments,
+            sub_envs=per_env,  # the hook gets each env object, so no natively batched env
         )
+        call_hook(
+            self.callbacks,
+            "on_environment_created",
+            self._where,
+            env_runner=self,
+            env=env,
+            env_context=self._ctx,
+        )
+        if per_env:
+            for index, sub_env in enumerate(env.envs):
+                call_hook(
+                    self.callbacks,
+                    "on_sub_environment_created",
+                    self._where,
+                    worker=self,
+                    sub_environment=sub_env,
+                    env_context=self._ctx.copy_with_overrides(vector_index=index),
+                    env_index=index,
+                )
+        return env
 
     def sample_episodes(
-        self, num_episodes: int | None = None, num_timesteps: int | None = None, explore: bool | None = None
+        self,
+        num_episodes: int | None = None,
+        num_timesteps: int | None = None,
+        explore: bool | None = None,
+        force_reset: bool = True,
     ) -> tuple[list[EpisodeStats], int]:
-        """Run fresh episodes (e.g. for evaluation) without touching the filter statistics.
+        """Run episodes (e.g. for evaluation) without touching the filter statistics.
 
         Returns the completed episodes and the env steps taken.
         With ``num_episodes``, env i contributes ``(num_episodes + i) // num_envs`` of them
         (SB3's ``evaluate_policy`` scheme): taking whichever episodes finish first would
-        favour short, failed ones.
+        favour short, failed ones. ``force_reset=False`` continues the episodes the last call
+        left running instead of resetting the envs first.
         """
         explore = self.config.explore if explore is None else explore
-        self._reset()
+        if force_reset or self._obs is None:
+            self._reset()
         quota = None
         if num_episodes is not None:
             quota = np.array([(num_episodes + i) // self.num_envs for i in range(self.num_envs)])
@@ -184,7 +273,9 @@ class EnvRunner:
             steps += int(step.valid.sum())
             dones = step.terminateds | step.truncateds
             ended = self._close_episodes(np.asarray(step.rewards)[None], step.valid[None], dones[None])
-            for env_index, episode in ended:
+            for env_index, episode in zip(
+                (index for index, _ in ended), self._with_custom_metrics(e for _, e in ended), strict=True
+            ):
                 if quota is None or counted[env_index] < quota[env_index]:
                     counted[env_index] += 1
                     episodes.append(episode)
@@ -204,19 +295,27 @@ class EnvRunner:
         if not self._seeded and self.config.seed is not None:
             seed = self.config.seed + 1000 * self.worker_index
         self._seeded = True
+        if self._tracker is not None:
+            self._tracker.before_reset()
         try:
-            self._obs, _ = self.env.reset(seed=seed)
+            self._obs, infos = self.env.reset(seed=seed)
         except Exception as err:
             raise EnvStepError(f"env.reset() raised {type(err).__name__}: {err}") from err
+        if self._tracker is not None:
+            self._tracker.after_reset(self._obs, infos)
         self._prev_done[:] = False
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
+        if self.output_writer is not None:
+            self.output_writer.new_episodes()
 
     def _rollout(
         self, num_steps: int, explore: bool, complete_episodes: bool = False, update_filter: bool = True
     ) -> Rollout:
         if self._obs is None or complete_episodes:
             self._reset()
+        if self._tracker is not None:
+            self._tracker.start_fragment()
         # complete_episodes: envs that finished their share (None otherwise: nothing to mask per step)
         frozen = np.zeros(self.num_envs, dtype=bool) if complete_episodes else None
         columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
@@ -251,8 +350,12 @@ class EnvRunner:
         batch = {k: _stack_steps(v) for k, v in columns.items()}
         raw_rewards = batch["rewards"].astype(np.float32, copy=False)
         ended = self._close_episodes(raw_rewards, batch["valid"], batch["terminateds"] | batch["truncateds"])
-        self._episodes.extend(episode for _, episode in ended)
+        self._episodes.extend(self._with_custom_metrics(episode for _, episode in ended))
         batch["rewards"] = self._clip_rewards(raw_rewards)
+        if self._tracker is not None and self._tracker.postprocesses:
+            if batch["rewards"] is raw_rewards:
+                batch["rewards"] = raw_rewards.copy()  # (a view of the env's rewards otherwise)
+            self._tracker.postprocess(batch, last_obs)
         return Rollout(**batch, last_obs=last_obs)
 
     @staticmethod
@@ -291,10 +394,14 @@ class EnvRunner:
             valid = valid & ~self._recreated
             if not self._recreated.any():
                 self._recreated = None
-        self._prev_done = terminateds | truncateds
+        resetting, self._prev_done = self._prev_done, terminateds | truncateds
         if self._notify_episode_ends and self._prev_done.any():
             self.policy.exploration.on_episodes_done(self._prev_done)
         self._obs = next_obs
+        if self._tracker is not None:
+            self._tracker.after_step(
+                next_obs, out["env_actions"], rewards, self._prev_done, terminateds, valid, resetting, infos
+            )
         return _Step(flat, out["actions"], out["action_logp"], rewards, terminateds, truncateds, valid)
 
     def _observe(self, update_filter: bool) -> np.ndarray:
@@ -357,6 +464,15 @@ class EnvRunner:
         return rewards
 
     # --- weights, filters, helpers ------------------------------------------------------
+    @property
+    def policy_map(self) -> dict[str, Any]:
+        """``{"default_policy": policy}``: the Trainer-era ``local_worker().policy_map``."""
+        return {"default_policy": self.policy}
+
+    def get_policy(self, policy_id: str = "default_policy") -> Any:  # noqa: ARG002
+        """The policy this runner acts with (RLlib's ``RolloutWorker.get_policy``)."""
+        return self.policy
+
     def get_weights(self) -> dict[str, np.ndarray]:
         return self.policy.get_weights()
 
@@ -383,8 +499,52 @@ class EnvRunner:
 
     def foreach_env(self, fn: Callable[[gym.Env], Any]) -> list[Any]:
         """``fn`` applied to each sub-env (or to the batched env when it is one object)."""
+        return [fn(env) for env in self._sub_envs()]
+
+    def foreach_env_with_context(self, fn: Callable[[gym.Env, EnvContext], Any]) -> list[Any]:
+        """``fn(env, env_ctx)`` for each sub-env, with the ``EnvContext`` it was created with
+        (``worker_index``, its own ``vector_index``); a batched env is one object (index 0)."""
+        return [
+            fn(env, self._ctx.copy_with_overrides(vector_index=i)) for i, env in enumerate(self._sub_envs())
+        ]
+
+    def _sub_envs(self) -> list[gym.Env]:
+        """The sub-envs as their creator made them (without ``RestartOnCrash``), or the batched env."""
         envs = getattr(self.env, "envs", None)
-        return [fn(e) for e in envs] if envs is not None else [fn(self.env)]
+        if envs is None:
+            return [self.env]
+        return [env.env if isinstance(env, RestartOnCrash) else env for env in envs]
+
+    # --- tasks (curriculum learning) ----------------------------------------------------
+    def task_settable_envs(self) -> list[TaskSettableEnv]:
+        """Each sub-env's ``TaskSettableEnv`` (found through gymnasium wrappers).
+
+        Raises ``ConfigError`` naming the env when one is not: what ``env_task_fn`` needs.
+        """
+        sub_envs = self._sub_envs()
+        found = [find_task_settable(env) for env in sub_envs]
+        if None in found:
+            missing = sub_envs[found.index(None)]
+            raise ConfigError(_not_task_settable(self.config.env, missing, batched=missing is self.env))
+        return found
+
+    def apply_env_task_fn(self, env_task_fn: Callable[..., Any], train_results: dict[str, Any]) -> list[Any]:
+        """Set each sub-env to ``env_task_fn(train_results, env, env_ctx)`` where that differs
+        from its current task (RLlib's rule); returns the sub-envs' tasks."""
+        tasks = []
+        for index, env in enumerate(self.task_settable_envs()):
+            task = env_task_fn(train_results, env, self._ctx.copy_with_overrides(vector_index=index))
+            if task != env.get_task():
+                env.set_task(task)
+            tasks.append(task)
+        return tasks
+
+    def set_env_tasks(self, tasks: list[Any]) -> None:
+        """Set sub-env i to ``tasks[i]`` (a replacement runner takes over its predecessor's tasks)."""
+        for env, task in zip(self.task_settable_envs(), tasks, strict=True):
+            env.set_task(task)
 
     def stop(self) -> None:
+        if self.output_writer is not None:
+            self.output_writer.close()  # its last file gets its name (or is uploaded)
         self.env.close()

@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from rltrainer.core.cluster import Placement, env_runner_bundle
+from rltrainer.env.apis.task_settable_env import resolve_env_task_fn
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
 from rltrainer.env.registry import registered_creators
-from rltrainer.errors import WorkerError
+from rltrainer.errors import CallbackError, WorkerError
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +34,33 @@ class EnvRunnerGroup:
     is raised as a ``WorkerError`` naming the runner.
     """
 
-    def __init__(self, config: Any, placement: Placement | None = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        placement: Placement | None = None,
+        index_offset: int = 0,
+        local_worker_index: int = 0,
+    ) -> None:
+        """``index_offset``: this group's remote runners come after that many others in worker
+        indices and placement bundles (evaluation runners follow the training ones);
+        ``local_worker_index``: the local runner's worker index (seeds derive from it)."""
         self.config = config
         self._placement = placement
-        self._local = EnvRunner(config, worker_index=0, num_workers=config.num_env_runners)
-        self._remote: list[Any | None] = []  # by runner index (worker_index - 1); None: failed
+        self._offset = index_offset
+        self._env_task_fn = resolve_env_task_fn(config.env_task_fn)  # ConfigError for a bad name
+        # For replacements: each runner's envs' tasks after the last env_task_fn call it answered,
+        # the last call's results, and the runners that missed that call.
+        self._env_tasks: dict[int, list[Any]] = {}
+        self._task_results: dict[str, Any] | None = None
+        self._missed_task_call: set[int] = set()
+        self._local = EnvRunner(config, worker_index=local_worker_index, num_workers=config.num_env_runners)
+        if self._env_task_fn is not None:
+            try:
+                self._local.task_settable_envs()  # ConfigError when the env has no tasks
+            except BaseException:
+                self._local.stop()
+                raise
+        self._remote: list[Any | None] = []  # by runner index (worker_index - 1 - offset); None: failed
         self._failures: list[int] = []  # consecutive failures per runner
         self._restart_at: dict[int, float] = {}  # runner index -> when to start its replacement
         self._weights_ref: Any = None
@@ -52,19 +75,23 @@ class EnvRunnerGroup:
         import ray
 
         options = self._placement.actor_options(
-            env_runner_bundle(self.config), self._placement.env_runner_bundle(index)
+            env_runner_bundle(self.config), self._placement.env_runner_bundle(self._offset + index)
         )
         return (
             ray.remote(EnvRunner)
             .options(**options)
             .remote(
                 self.config,
-                worker_index=index + 1,
+                worker_index=self._worker_index(index),
                 num_workers=self.config.num_env_runners,
                 remote=True,
                 env_creators=registered_creators(),
             )
         )
+
+    def _worker_index(self, index: int) -> int:
+        """The worker index of remote runner ``index`` (0-based within this group)."""
+        return self._offset + index + 1
 
     # --- access ---------------------------------------------------------------------
     def local_worker(self) -> EnvRunner:
@@ -85,7 +112,7 @@ class EnvRunnerGroup:
         """Worker indices of the runners that sample (0: the local one, when there are no actors)."""
         if not self._remote:
             return [0]
-        return [i + 1 for i, runner in enumerate(self._remote) if runner is not None]
+        return [self._worker_index(i) for i, runner in enumerate(self._remote) if runner is not None]
 
     # --- sampling -------------------------------------------------------------------
     def sample(self, min_steps: int) -> tuple[list[Rollout], list[EpisodeStats]]:
@@ -154,9 +181,15 @@ class EnvRunnerGroup:
             state = self._local.get_filter_state()
             if state:
                 actor.set_filter_state.remote(ray.put(state))
+            if index in self._env_tasks:  # the curriculum goes on where its predecessor was...
+                actor.set_env_tasks.remote(self._env_tasks[index])
+            if index in self._missed_task_call:  # ...and catches up with the call it missed
+                actor.apply_env_task_fn.remote(self._env_task_fn, self._task_results)
             self._remote[index] = actor
             self.num_restarts += 1
-            logger.warning("env runner %d restarted (%d restarts so far)", index + 1, self.num_restarts)
+            logger.warning(
+                "env runner %d restarted (%d restarts so far)", self._worker_index(index), self.num_restarts
+            )
 
     def _handle_failures(self, failures: dict[int, str]) -> None:
         import time
@@ -167,13 +200,14 @@ class EnvRunnerGroup:
             return
         ft = self.config
         if not ft.restart_failed_env_runners and not ft.ignore_env_runner_failures:
-            ids = sorted(i + 1 for i in failures)
-            raise WorkerError(f"env runner(s) {ids} {failures[ids[0] - 1]}")
+            first = min(failures)
+            ids = sorted(self._worker_index(i) for i in failures)
+            raise WorkerError(f"env runner(s) {ids} {failures[first]}")
         for index, reason in sorted(failures.items()):
             self._failures[index] += 1
             if self._failures[index] >= ft.num_consecutive_env_runner_failures_tolerance:
                 raise WorkerError(
-                    f"env runner {index + 1} failed {self._failures[index]} times in a row "
+                    f"env runner {self._worker_index(index)} failed {self._failures[index]} times in a row "
                     f"(num_consecutive_env_runner_failures_tolerance={ft.num_consecutive_env_runner_failures_tolerance})"
                     f"; last: {reason}"
                 )
@@ -183,18 +217,18 @@ class EnvRunnerGroup:
             if ft.restart_failed_env_runners:
                 if self.num_restarts + len(self._restart_at) >= ft.max_num_env_runner_restarts:
                     raise WorkerError(
-                        f"env runner {index + 1} {reason}, and max_num_env_runner_restarts="
+                        f"env runner {self._worker_index(index)} {reason}, and max_num_env_runner_restarts="
                         f"{ft.max_num_env_runner_restarts} restarts are used up"
                     )
                 self._restart_at[index] = time.monotonic() + ft.delay_between_env_runner_restarts_s
                 logger.warning(
                     "env runner %d %s; restarting it in %.0f s",
-                    index + 1,
+                    self._worker_index(index),
                     reason,
                     ft.delay_between_env_runner_restarts_s,
                 )
             else:
-                logger.warning("env runner %d %s; going on without it", index + 1, reason)
+                logger.warning("env runner %d %s; going on without it", self._worker_index(index), reason)
 
     def _broadcast_filter(self) -> None:
         state = self._local.get_filter_state()
@@ -232,32 +266,99 @@ class EnvRunnerGroup:
         """``fn(runner, worker_index)`` for each healthy env runner; the local one has index 0."""
         results = [fn(self._local, 0)] if local_worker else []
         refs = {
-            i: runner.apply.remote(fn, i + 1) for i, runner in enumerate(self._remote) if runner is not None
+            i: runner.apply.remote(fn, self._worker_index(i))
+            for i, runner in enumerate(self._remote)
+            if runner is not None
         }
         if not refs:
             return results
         done, failures = self._collect(refs, "foreach_worker", timeout=None)
         if failures:
-            ids = sorted(i + 1 for i in failures)
-            raise WorkerError(f"env runner(s) {ids} {failures[ids[0] - 1]}")
+            ids = sorted(self._worker_index(i) for i in failures)
+            raise WorkerError(f"env runner(s) {ids} {failures[min(failures)]}")
         return results + [done[i] for i in sorted(done)]
 
     def foreach_env(self, fn: Callable[[Any], Any]) -> list[list[Any]]:
         """``fn(env)`` for every sub-env of every runner; one list per runner."""
         return self.foreach_worker(lambda runner: runner.foreach_env(fn))
 
+    def foreach_env_with_context(self, fn: Callable[[Any, Any], Any]) -> list[list[Any]]:
+        """``fn(env, env_ctx)`` for every sub-env of every runner, with the ``EnvContext`` each
+        was created with (``worker_index``, ``vector_index``); one list per runner (local first)."""
+        return self.foreach_worker(lambda runner: runner.foreach_env_with_context(fn))
+
+    def apply_env_task_fn(self, train_results: dict[str, Any]) -> None:
+        """Set every sub-env of every runner to the config's ``env_task_fn(train_results, env,
+        env_ctx)`` (RLlib's curriculum step after each iteration); nothing when it is unset.
+
+        The local runner goes first, so an error in the function is raised here with its
+        traceback. A remote runner that dies or does not answer is handled as one that fails
+        to sample. A replacement runner starts on the tasks its predecessor had after the last
+        call it answered, then gets the last call if its predecessor missed that one.
+        """
+        if self._env_task_fn is None:
+            return
+        self._task_results = train_results
+        self._missed_task_call = set(range(len(self._remote)))
+        self._local.apply_env_task_fn(self._env_task_fn, train_results)
+        refs = {
+            i: runner.apply_env_task_fn.remote(self._env_task_fn, train_results)
+            for i, runner in enumerate(self._remote)
+            if runner is not None
+        }
+        if not refs:
+            return
+        tasks, failures = self._collect(refs, "env_task_fn")
+        self._env_tasks.update(tasks)
+        self._missed_task_call -= set(tasks)
+        self._handle_failures(failures)
+
+    # --- calls on remote runners, fault-tolerant ---------------------------------------
+    def live_remote_ids(self) -> list[int]:
+        """Worker indices of the remote runners that take calls now (replacements that are due
+        are started first)."""
+        self._restart_due()
+        return [self._worker_index(i) for i, runner in enumerate(self._remote) if runner is not None]
+
+    def call_remote(
+        self, args_by_id: dict[int, tuple], timeout: float, what: str, timeout_setting: str
+    ) -> dict[int, Any]:
+        """``runner.apply(*args)`` on the remote runners given by worker index, in parallel;
+        returns their results by worker index. A runner that dies, raises or misses ``timeout``
+        (the config's ``timeout_setting``) is left out and handled per the fault-tolerance
+        settings: restarted, dropped, or raised as a ``WorkerError``."""
+        refs = {
+            wid - self._offset - 1: self._remote[wid - self._offset - 1].apply.remote(*args)
+            for wid, args in args_by_id.items()
+        }
+        results, failures = self._collect(refs, what, timeout, timeout_setting)
+        for index in results:
+            self._failures[index] = 0
+        self._handle_failures(failures)
+        return {self._worker_index(i): result for i, result in results.items()}
+
     def stop(self) -> None:
         self._local.stop()
         if self._remote:
             import ray
 
+            live = [runner for runner in self._remote if runner is not None]
+            stops = [runner.stop.remote() for runner in live] if self.config.output is not None else []
+            if stops:  # with offline output each runner finishes its file before it is killed
+                ray.wait(stops, num_returns=len(stops), timeout=self.config.sample_timeout_s)
             for runner in self._remote:
                 if runner is not None:
                     ray.kill(runner)
             self._remote = []
             self._restart_at = {}
 
-    def _collect(self, refs: dict[int, Any], what: str, timeout: float | None = -1.0) -> tuple[dict, dict]:
+    def _collect(
+        self,
+        refs: dict[int, Any],
+        what: str,
+        timeout: float | None = -1.0,
+        timeout_setting: str = "sample_timeout_s",
+    ) -> tuple[dict, dict]:
         """Results of remote calls by runner index, and why the others failed (died, raised, silent)."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError
@@ -268,12 +369,12 @@ class EnvRunnerGroup:
         results, failures = {}, {}
         for index, ref in refs.items():
             if ref not in ready:
-                failures[index] = (
-                    f"did not finish {what} within sample_timeout_s={self.config.sample_timeout_s}"
-                )
+                failures[index] = f"did not finish {what} within {timeout_setting}={timeout}"
                 continue
             try:
                 results[index] = ray.get(ref)
+            except CallbackError as err:  # the user's code, not the runner, failed: no restart
+                raise CallbackError(str(getattr(err, "cause", None) or err)) from None
             except RayActorError as err:
                 failures[index] = f"died during {what}: {_first_line(err)}"
             except RayTaskError as err:

@@ -16,6 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rltrainer.env.apis.task_settable_env import carry_task
 from rltrainer.env.env_context import EnvContext
 from rltrainer.errors import EnvError
 
@@ -83,7 +84,8 @@ def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.E
 
 class RestartOnCrash(gym.Wrapper):
     """Recreates the wrapped env when ``step()`` raises; that step ends the episode (truncated)
-    with the new env's first observation and ``info[CRASHED] = True`` so the runner drops it."""
+    with the new env's first observation and ``info[CRASHED] = True`` so the runner drops it.
+    A ``TaskSettableEnv`` is set to the crashed env's task."""
 
     CRASHED = "rltrainer_env_recreated"
 
@@ -102,20 +104,22 @@ class RestartOnCrash(gym.Wrapper):
                 self.env.close()
             except Exception:  # noqa: BLE001 - a broken env may fail to close too
                 logger.debug("closing the crashed env raised", exc_info=True)
-            self.env = self._make()
+            crashed, self.env = self.env, self._make()
+            carry_task(crashed, self.env)  # a TaskSettableEnv keeps its (curriculum) task
             obs, info = self.env.reset()
             return obs, 0.0, False, True, {**info, self.CRASHED: True}
 
 
 def make_vector_env(
-    env: Any, ctx: EnvContext, num_envs: int, restart_failed: bool = False
+    env: Any, ctx: EnvContext, num_envs: int, restart_failed: bool = False, sub_envs: bool = False
 ) -> gym.vector.VectorEnv:
     """Create ``num_envs`` copies stepped together (next-step autoreset, gymnasium's default).
 
     With ``restart_failed`` each copy is wrapped in ``RestartOnCrash`` (native batched envs,
-    made from a ``vector_entry_point``, have no separate copies to recreate).
+    made from a ``vector_entry_point``, have no separate copies to recreate). ``sub_envs``
+    asks for a ``SyncVectorEnv`` of env objects even where a native batched env exists.
     """
-    if isinstance(env, str) and env in gym.registry and env not in _REGISTRY:
+    if isinstance(env, str) and env in gym.registry and env not in _REGISTRY and not sub_envs:
         spec = gym.spec(env)
         if spec.vector_entry_point is not None:
             try:

@@ -8,8 +8,6 @@ for (updating priorities); then sync the acting weights to the env runners.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from gymnasium import spaces
 
@@ -30,8 +28,7 @@ BUFFER_FILE = "replay_buffer.npz"
 class OffPolicyAlgorithm(Algorithm):
     """Replay-based training step; subclasses set the learner (the losses) and policy."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def setup(self) -> None:
         cfg = self.config
         policy = self.get_policy()
         box = isinstance(self.action_space, spaces.Box)

@@ -101,6 +101,7 @@ class SACLearner(Learner):
         self.target_entropy = config.get_target_entropy(module.discrete, self._action_dims())
         self.last_target_update = 0
         self.last_td_errors = np.zeros(0, dtype=np.float32)
+        self.init_callbacks()
 
     def _action_dims(self) -> int:
         outputs = self.module.pi.net[-1].out_features

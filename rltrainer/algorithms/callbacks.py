@@ -1,0 +1,274 @@
+"""Callbacks: user code run at fixed points of training (RLlib's ``DefaultCallbacks``).
+
+Subclass ``DefaultCallbacks``, override the hooks you need (all take keyword arguments and
+``**kwargs``), and set the class with ``config.callbacks(MyCallbacks)`` (or a list of
+classes, run in order). Each process that runs hooks makes its own instance: the driver
+(algorithm hooks), every env runner (env and episode hooks, remote ones included) and every
+learner (``on_learn_on_batch``). Checkpoints store the class path, never the object.
+
+Where each hook runs:
+
+- driver: ``on_algorithm_init``, ``on_train_result`` (may add keys to the result),
+  ``on_evaluate_start``, ``on_evaluate_end``, ``on_checkpoint_loaded``;
+- env runners: ``on_environment_created``, ``on_sub_environment_created``,
+  ``on_episode_created``, ``on_episode_start``, ``on_episode_step``, ``on_episode_end``,
+  ``on_postprocess_trajectory`` (may rewrite the columns of the batch it gets, e.g. rewards,
+  before the learner computes advantages), ``on_sample_end``;
+- learners: ``on_learn_on_batch`` (before the update; may add keys to ``result``).
+
+A hook that raises ends training with a ``CallbackError`` naming the hook, the class and,
+for env-runner hooks, the runner.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import warnings
+from typing import Any
+
+from rltrainer.errors import CallbackError, ConfigError
+
+#: Every hook rltrainer calls.
+HOOKS: tuple[str, ...] = (
+    "on_algorithm_init",
+    "on_environment_created",
+    "on_sub_environment_created",
+    "on_episode_created",
+    "on_episode_start",
+    "on_episode_step",
+    "on_episode_end",
+    "on_postprocess_trajectory",
+    "on_sample_end",
+    "on_learn_on_batch",
+    "on_train_result",
+    "on_evaluate_start",
+    "on_evaluate_end",
+    "on_checkpoint_loaded",
+)
+#: Hooks that make an env runner track episodes (the only ones that cost per-step work).
+EPISODE_HOOKS: tuple[str, ...] = (
+    "on_episode_created",
+    "on_episode_start",
+    "on_episode_step",
+    "on_episode_end",
+    "on_postprocess_trajectory",
+)
+#: RLlib hooks rltrainer does not call, with what to use instead.
+NOT_CALLED: dict[str, str] = {
+    "on_trainer_init": "its current name is on_algorithm_init",
+    "on_create_policy": "rltrainer has one policy per algorithm; use on_algorithm_init",
+    "on_workers_recreated": "restarts are reported as num_env_runner_restarts in every result",
+    "on_env_runners_recreated": "restarts are reported as num_env_runner_restarts in every result",
+}
+
+
+class DefaultCallbacks:
+    """No-op hooks; subclass and override the ones you need (see the module docstring)."""
+
+    def __init__(self, legacy_callbacks_dict: dict[str, Any] | None = None) -> None:  # noqa: ARG002
+        pass
+
+    # --- driver ------------------------------------------------------------------------
+    def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
+        """The algorithm is built (env runners and learners exist, weights synced)."""
+
+    def on_train_result(self, *, algorithm: Any, result: dict, **kwargs: Any) -> None:
+        """After each ``train()`` iteration's result is complete; keys added here are reported."""
+
+    def on_evaluate_start(self, *, algorithm: Any, **kwargs: Any) -> None:
+        """Before an evaluation."""
+
+    def on_evaluate_end(self, *, algorithm: Any, evaluation_metrics: dict, **kwargs: Any) -> None:
+        """After an evaluation, with its metrics (``{"evaluation": {...}}``; may be changed)."""
+
+    def on_checkpoint_loaded(self, *, algorithm: Any, **kwargs: Any) -> None:
+        """After ``restore()`` / ``from_checkpoint()`` loaded a checkpoint into ``algorithm``."""
+
+    # --- env runners ---------------------------------------------------------------------
+    def on_environment_created(self, *, env_runner: Any, env: Any, env_context: Any, **kwargs: Any) -> None:
+        """An env runner created (or recreated) its vector env."""
+
+    def on_sub_environment_created(
+        self,
+        *,
+        worker: Any,
+        sub_environment: Any,
+        env_context: Any,
+        env_index: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Each env copy of a runner's vector env, with its own ``EnvContext`` (``vector_index``)."""
+
+    def on_episode_created(
+        self, *, worker: Any, base_env: Any, policies: dict, episode: Any, env_index: int, **kwargs: Any
+    ) -> None:
+        """A new episode object exists, before its env is reset."""
+
+    def on_episode_start(
+        self, *, worker: Any, base_env: Any, policies: dict, episode: Any, env_index: int, **kwargs: Any
+    ) -> None:
+        """The episode's env was reset (``episode.last_observation`` is the first observation)."""
+
+    def on_episode_step(
+        self, *, worker: Any, base_env: Any, policies: dict, episode: Any, env_index: int, **kwargs: Any
+    ) -> None:
+        """After every env step of the episode (costs a Python call per env and step)."""
+
+    def on_episode_end(
+        self, *, worker: Any, base_env: Any, policies: dict, episode: Any, env_index: int, **kwargs: Any
+    ) -> None:
+        """The episode ended (terminated or truncated); set ``episode.custom_metrics`` here."""
+
+    def on_postprocess_trajectory(
+        self,
+        *,
+        worker: Any,
+        episode: Any,
+        agent_id: Any,
+        policy_id: str,
+        policies: dict,
+        postprocessed_batch: Any,
+        original_batches: dict,
+        **kwargs: Any,
+    ) -> None:
+        """One episode's piece of a sampled fragment; rewrite ``postprocessed_batch`` columns in place."""
+
+    def on_sample_end(self, *, worker: Any, samples: Any, **kwargs: Any) -> None:
+        """An env runner finished a fragment (``samples``: ``[T, N]`` columns, may be rewritten)."""
+
+    # --- learners --------------------------------------------------------------------------
+    def on_learn_on_batch(self, *, policy: Any, train_batch: Any, result: dict, **kwargs: Any) -> None:
+        """Before a learner updates on ``train_batch``; keys added to ``result`` are reported."""
+
+
+class MultiCallbacks(DefaultCallbacks):
+    """Runs several callbacks classes' hooks in order (RLlib's ``MultiCallbacks``)."""
+
+    def __init__(self, callback_class_list: list[type[DefaultCallbacks]]) -> None:
+        super().__init__()
+        self._callback_list = [cls() for cls in callback_class_list]
+
+    def overrides(self, hook: str) -> bool:
+        return any(overrides(callbacks, hook) for callbacks in self._callback_list)
+
+
+def _forward(hook: str) -> Any:
+    def run_all(self: MultiCallbacks, **kwargs: Any) -> None:
+        for callbacks in self._callback_list:
+            call_hook(callbacks, hook, **kwargs)
+
+    run_all.__name__ = hook
+    return run_all
+
+
+for _hook in HOOKS:
+    setattr(MultiCallbacks, _hook, _forward(_hook))
+
+
+def make_multi_callbacks(callback_class_list: list[type[DefaultCallbacks]]) -> type[DefaultCallbacks]:
+    """A callbacks class running each of ``callback_class_list`` in order."""
+    classes = list(callback_class_list)
+
+    class _MultiCallbacks(MultiCallbacks):
+        callback_classes = classes  # what configs and checkpoints store (a list of class paths)
+
+        def __init__(self) -> None:
+            super().__init__(classes)
+
+    return _MultiCallbacks
+
+
+def overrides(callbacks: DefaultCallbacks, hook: str) -> bool:
+    """Whether ``callbacks`` does something in ``hook`` (what decides the env runner's fast path)."""
+    if isinstance(callbacks, MultiCallbacks):
+        return callbacks.overrides(hook)
+    return getattr(type(callbacks), hook) is not getattr(DefaultCallbacks, hook)
+
+
+def call_hook(callbacks: DefaultCallbacks, hook: str, where: str = "", **kwargs: Any) -> None:
+    """``callbacks.<hook>(**kwargs)``; anything it raises becomes one ``CallbackError``."""
+    try:
+        getattr(callbacks, hook)(**kwargs)
+    except CallbackError:
+        raise
+    except Exception as err:  # noqa: BLE001 - user code: any error ends training with its name
+        raise CallbackError(
+            f"callback {type(callbacks).__qualname__}.{hook} raised {type(err).__name__}: {err}{where}"
+        ) from err
+
+
+def make_callbacks(callbacks_class: Any) -> DefaultCallbacks:
+    """An instance of the config's ``callbacks_class`` (a class or a list of classes)."""
+    if isinstance(callbacks_class, list):
+        return MultiCallbacks(callbacks_class)
+    try:
+        return callbacks_class()
+    except Exception as err:  # noqa: BLE001 - user code
+        raise CallbackError(f"callbacks class {callbacks_class.__qualname__}() raised {err!r}") from err
+
+
+# --- config values: classes <-> "module:Class" paths -----------------------------------------
+def check_callbacks_class(value: Any) -> Any:
+    """A ``DefaultCallbacks`` subclass or a list of them; ``"module:Class"`` strings are imported.
+
+    Warns about ``on_*`` methods that are no hook (typos never run).
+    """
+    if isinstance(value, list | tuple):
+        return [check_callbacks_class(item) for item in value]
+    if isinstance(value, str):
+        value = _import_class(value)
+    if isinstance(value, type) and issubclass(value, MultiCallbacks) and hasattr(value, "callback_classes"):
+        return check_callbacks_class(value.callback_classes)  # make_multi_callbacks([...])
+    if not (isinstance(value, type) and issubclass(value, DefaultCallbacks)):
+        raise ConfigError(
+            f"callbacks(): expected a DefaultCallbacks subclass, a list of them, or "
+            f"'package.module:ClassName'; got {value!r}"
+        )
+    _warn_unknown_hooks(value)
+    return value
+
+
+def callbacks_to_json(value: Any) -> Any:
+    """The ``to_dict()`` form: class paths instead of classes."""
+    if isinstance(value, list):
+        return [callbacks_to_json(item) for item in value]
+    return f"{value.__module__}:{value.__qualname__}"
+
+
+def _import_class(path: str) -> Any:
+    module_name, sep, name = path.partition(":")
+    if not sep:  # "package.module.Class", RLlib's dotted form
+        module_name, _, name = path.rpartition(".")
+    try:
+        obj = importlib.import_module(module_name)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"callbacks: cannot import {path!r} ({err})") from None
+    return obj
+
+
+def _warn_unknown_hooks(cls: type) -> None:
+    for name in dir(cls):
+        if not name.startswith("on_") or name in HOOKS:
+            continue
+        if name in NOT_CALLED:
+            message = f"rltrainer never calls {cls.__qualname__}.{name}: {NOT_CALLED[name]}"
+        else:
+            hint = difflib.get_close_matches(name, HOOKS, n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+            message = f"{cls.__qualname__}.{name} is not a callback hook and is never called{suggestion}"
+        warnings.warn(message, UserWarning, stacklevel=4)
+
+
+__all__ = [
+    "EPISODE_HOOKS",
+    "HOOKS",
+    "DefaultCallbacks",
+    "MultiCallbacks",
+    "call_hook",
+    "make_callbacks",
+    "make_multi_callbacks",
+    "overrides",
+]

@@ -1,0 +1,76 @@
+"""The documents' older names map to the current ones; two algorithms fit side by side."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+from rltrainer.algorithms import Algorithm
+from rltrainer.algorithms.ppo import PPOConfig
+
+
+def test_rollouts_resources_and_training_accept_the_older_names():
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .rollouts(num_rollout_workers=2, num_envs_per_worker=3, rollout_fragment_length=16)
+        .resources(num_cpus_per_worker=0.5, num_gpus_per_worker=0, custom_resources_per_worker={"x": 1})
+        .training(sgd_minibatch_size=64, num_sgd_iter=3)
+        .fault_tolerance(recreate_failed_workers=False, ignore_worker_failures=True)
+    )
+    assert (config.num_env_runners, config.num_envs_per_env_runner, config.rollout_fragment_length) == (
+        2,
+        3,
+        16,
+    )
+    assert (config.num_cpus_per_env_runner, config.num_gpus_per_env_runner) == (0.5, 0)
+    assert config.custom_resources_per_env_runner == {"x": 1}
+    assert (config.minibatch_size, config.num_epochs) == (64, 3)
+    assert (config.restart_failed_env_runners, config.ignore_env_runner_failures) == (False, True)
+
+
+def test_an_older_name_in_the_wrong_builder_is_still_an_unknown_key():
+    with pytest.raises(ValueError, match=r"training\(\): unknown key 'num_rollout_workers'"):
+        PPOConfig().training(num_rollout_workers=2)
+
+
+def test_trainer_era_inference_names(tmp_path):
+    config = PPOConfig().environment("CartPole-v1").reporting(storage_path=str(tmp_path)).debugging(seed=0)
+    algo = config.build()
+    try:
+        obs, _ = gym.make("CartPole-v1").reset(seed=0)
+        assert algo.compute_action(obs, explore=False) == algo.compute_single_action(obs, explore=False)
+        local = algo.workers.local_worker()
+        assert local.policy_map["default_policy"] is local.get_policy() is algo.get_policy()
+    finally:
+        algo.stop()
+
+
+def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
+    """Train one, restore a second from its checkpoint while the first is alive (the docs'
+    restore examples), each with two env-runner actors, Ray started by the first one."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=32)
+        .training(train_batch_size=128, minibatch_size=128, num_epochs=1)
+        .resources(placement_timeout_s=15)
+        .reporting(storage_path=str(tmp_path))
+    )
+    first = config.build()
+    try:
+        first.train()
+        checkpoint = first.save()
+        second = Algorithm.from_checkpoint(checkpoint)
+        try:
+            assert second.train()["num_healthy_env_runners"] == 2
+            assert first.train()["num_healthy_env_runners"] == 2
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+        ray.shutdown()
