@@ -24,6 +24,15 @@ from typing import IO, Any
 import yaml
 
 from rltrainer import __version__
+from rltrainer.cli_compat import (
+    add_rollout_flags,
+    add_train_flags,
+    non_negative_int,
+    positive_int,
+    ray_flag_conflict,
+    ray_session,
+    train_settings,
+)
 from rltrainer.errors import ConfigError, RLTrainerError, WorkerError
 
 EXIT_USAGE = 2
@@ -35,8 +44,11 @@ examples:
   rltrainer train --algo PPO --env CartPole-v1 --stop '{"episode_return_mean": 475}' \\
       --config '{"lr": 0.0003, "num_env_runners": 2}' --checkpoint-freq 10 --checkpoint-at-end
   rltrainer train file tuned_examples/ppo_cartpole.yaml --stop '{"training_iteration": 5}'
-  rltrainer train --algo PPO --env CartPole-v1 --storage-path s3://bucket/runs --name cp \
+  rltrainer train --algo PPO --env CartPole-v1 --storage-path s3://bucket/runs --name cp \\
       --checkpoint-freq 5 --resume
+  rltrainer train --run DQN --env CartPole-v1 --framework torch --local-dir ./results \\
+      --checkpoint-freq 5 --keep-checkpoints-num 2 --checkpoint-score-attr episode_reward_mean
+  rltrainer train -f tuned_examples/ppo_cartpole.yaml --ray-num-cpus 8
 
 --config keys are the algorithm config's fields (RLlib names such as num_workers or lambda
 work too). --stop ends training after the first iteration where ANY key reaches its value;
@@ -73,6 +85,17 @@ Actions are greedy unless --explore is given or the checkpoint's evaluation_conf
 explore. Prints each episode's return and length, then the mean return.
 """
 
+ROLLOUT_EXAMPLES = """\
+examples:
+  rltrainer rollout CHECKPOINT --run PPO --env CartPole-v1 --steps 10000 --out rollouts.jsonl
+  rltrainer rollout CHECKPOINT --episodes 5 --video-dir videos/ --no-render
+
+The flags of 'rltrainer evaluate' work too (--explore, --config). --run is checked against the
+checkpoint's algorithm; --env replaces its env (same spaces). --out FILE gets one JSON line per
+episode as it ends: {"episode": 0, "return": 500.0, "length": 500, "finished": true, "video":
+null}. Without --steps or --episodes, 10 episodes run.
+"""
+
 CHECKPOINTS_EXAMPLES = """\
 examples:
   rltrainer checkpoints list ~/rltrainer_results/PPO_CartPole-v1
@@ -102,17 +125,29 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'rltrainer train --help' or 'rltrainer evaluate --help' for details.",
     )
     parser.add_argument("--version", action="version", version=f"rltrainer {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,checkpoints}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{train,evaluate,rollout,checkpoints}"
+    )
 
     train = commands.add_parser(
         "train",
-        usage="rltrainer train --algo ALGO --env ENV [options]\n       rltrainer train file PATH [options]",
+        usage="rltrainer train --algo ALGO --env ENV [options]\n"
+        "       rltrainer train file PATH [options]\n"
+        "       rltrainer train -f PATH [options]",
         help="train an algorithm on an env",
         description="Train an algorithm on an env, writing results and checkpoints.",
         epilog=TRAIN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_train_options(train)
+    train.add_argument(
+        "-f",
+        "--config-file",
+        dest="path",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="train the experiment in this YAML file (the same as 'train file PATH')",
+    )
     train_from = train.add_subparsers(dest="train_source", title="or train from a file", metavar="file PATH")
     train_file = train_from.add_parser(
         "file",
@@ -133,30 +168,47 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EVALUATE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    evaluate.add_argument("checkpoint", help="a checkpoint directory (checkpoint_000010/) or s3:// URI")
-    evaluate.add_argument("--env", help="evaluate on this env instead (same observation/action spaces)")
-    duration = evaluate.add_mutually_exclusive_group()
-    duration.add_argument("--episodes", metavar="N", type=_positive_int, help="episodes to run (default: 10)")
+    _add_evaluate_options(evaluate)
+    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR/episode_000.mp4, ...")
+    evaluate.set_defaults(handler=_evaluate, out=None)
+    rollout = commands.add_parser(
+        "rollout",
+        usage="rltrainer rollout CHECKPOINT [--run ALGO] [--env ENV] [--steps N | --episodes N] "
+        "[--out FILE] [options]",
+        help="RLlib's older name of evaluate (same engine), with --out FILE",
+        description="Roll out a checkpoint's policy (RLlib's 'rllib rollout'; the engine of "
+        "'rltrainer evaluate').",
+        epilog=ROLLOUT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_evaluate_options(rollout)
+    add_rollout_flags(rollout)
+    rollout.set_defaults(handler=_rollout)
+    _add_checkpoints_command(commands)
+    return parser
+
+
+def _add_evaluate_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a checkpoint directory (checkpoint_000010/) or s3:// URI")
+    parser.add_argument("--env", help="evaluate on this env instead (same observation/action spaces)")
+    duration = parser.add_mutually_exclusive_group()
+    duration.add_argument("--episodes", metavar="N", type=positive_int, help="episodes to run (default: 10)")
     duration.add_argument(
         "--steps",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         help="env steps to run; reports the episodes that finished",
     )
-    evaluate.add_argument(
+    parser.add_argument(
         "--explore",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="sample actions instead of taking the most likely one "
         "(default: the checkpoint's evaluation_config explore, else off)",
     )
-    evaluate.add_argument("--video", metavar="DIR", help="write each episode to DIR/episode_000.mp4, ...")
-    evaluate.add_argument(
+    parser.add_argument(
         "--config", metavar="JSON", help="config overrides for the restored algorithm, e.g. env_config"
     )
-    evaluate.set_defaults(handler=_evaluate)
-    _add_checkpoints_command(commands)
-    return parser
 
 
 def _add_checkpoints_command(commands: Any) -> None:
@@ -197,18 +249,25 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
     add(
         "--checkpoint-freq",
         metavar="N",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=nothing,
         help="checkpoint every N iterations",
     )
     add("--checkpoint-at-end", action="store_true", default=nothing, help="checkpoint when training stops")
     add(
         "--storage-path",
+        "--local-dir",
+        dest="storage_path",
         metavar="DIR",
         default=nothing,
         help="results root: a directory or s3://bucket/prefix (default: ~/rltrainer_results)",
     )
-    add("--name", default=nothing, help="experiment name: the results folder under the storage path")
+    add(
+        "--name",
+        "--experiment-name",
+        default=nothing,
+        help="experiment name: the results folder under the storage path",
+    )
     add(
         "--resume",
         action="store_true",
@@ -228,23 +287,7 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         default=nothing,
         help="-v: INFO logs, -vv: DEBUG logs (driver, env runners and learners)",
     )
-
-
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+    add_train_flags(parser)
 
 
 def _json_dict(flag: str, text: str) -> dict[str, Any]:
@@ -270,21 +313,35 @@ def _train(args: argparse.Namespace) -> int:
     criteria = " or ".join(f"{key} >= {value}" for key, value in stop.items()) or "never (Ctrl-C ends it)"
     intro = f"training {config.algo_class.__name__} on {config.env_name}; stopping when {criteria}"
     intro += " (the default; set --stop)" if stop_is_default else ""
-    reporter = ProgressReporter(sys.stdout, tty=sys.stdout.isatty(), intro=intro)
     options = vars(args)
-    if options.get("resume_from") and not options.get("resume"):
-        raise UsageError("--resume-from needs --resume")
-    result = run_experiment(
-        config,
-        stop,
-        reporter=reporter,
-        resume=options.get("resume", False),
-        resume_from=options.get("resume_from"),
-    )
+    resume, resume_from = _resume_options(options, config.algo_class.__name__)
+    tty = sys.stdout.isatty()
+    reporter = ProgressReporter(sys.stdout, tty=tty, intro=intro, restore=options.get("restore"))
+    with ray_session(options):
+        result = run_experiment(config, stop, reporter=reporter, resume=resume, resume_from=resume_from)
     if result.stopped_by == INTERRUPTED:
         print(f"rltrainer: interrupted after {result.iterations} iteration(s)", file=sys.stderr, flush=True)
     _print_summary(result, stop)
     return EXIT_INTERRUPTED if result.stopped_by == INTERRUPTED else 0
+
+
+def _resume_options(options: dict[str, Any], algo: str) -> tuple[bool, str | None]:
+    """``(resume, resume_from)`` from ``--resume``, ``--resume-from`` and RLlib's ``--restore``."""
+    from rltrainer.checkpoint_store import read_manifest
+
+    resume_from = options.get("resume_from")
+    if resume_from and not options.get("resume"):
+        raise UsageError("--resume-from needs --resume")
+    restore = options.get("restore")
+    if restore is None:
+        return options.get("resume", False), resume_from
+    if resume_from is not None:
+        raise UsageError("--restore CHECKPOINT is --resume --resume-from CHECKPOINT: pass one of them")
+    _check_not_trial_dir(restore)
+    written_by = read_manifest(restore)["algorithm"]  # no checkpoint there: an error, not a fresh start
+    if written_by != algo:
+        raise UsageError(f"--restore {restore}: that checkpoint is {written_by}'s, not {algo}'s")
+    return True, restore
 
 
 def _print_summary(result: Any, stop: dict[str, float]) -> None:
@@ -335,6 +392,7 @@ def _train_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any], bool]:
         "experiment_name": options.get("name") or (name if not config.experiment_name else None),
         "checkpoint_frequency": options.get("checkpoint_freq"),
         "checkpoint_at_end": options.get("checkpoint_at_end"),
+        **train_settings(options),
     }
     config.update_from_dict({key: value for key, value in flags.items() if value is not None})
     _configure_logging(config, options.get("verbose", 0))
@@ -407,13 +465,17 @@ class ProgressReporter:
         ("time s", "time_total_s", "{:.1f}", 9),
     )
 
-    def __init__(self, out: IO[str], tty: bool, intro: str = "") -> None:
+    def __init__(self, out: IO[str], tty: bool, intro: str = "", restore: str | None = None) -> None:
         self.out = out
         self.tty = tty
         self.intro = intro
+        self.restore = restore
+        """``--restore``'s checkpoint: training must start from it, never fresh or from another."""
         self._header_done = False
 
     def on_resume(self, checkpoint: str | None) -> None:
+        if self.restore is not None and checkpoint != self.restore:
+            raise UsageError(f"--restore {self.restore}: not restored (the warning above says why)")
         if checkpoint is None:
             print("no checkpoint to resume from: starting fresh", file=self.out, flush=True)
         else:
@@ -447,6 +509,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     overrides = _json_dict("--config", args.config) if args.config is not None else None
     _check_not_trial_dir(args.checkpoint)
+    out = _open_out(args.out) if args.out is not None else None
     if args.video is not None:  # frames are drawn off-screen; keeps SDL from probing for a display
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -464,16 +527,58 @@ def _evaluate(args: argparse.Namespace) -> int:
             steps=args.steps,
             explore=args.explore,
             video_dir=args.video,
-            on_episode=lambda e: print(_episode_line(e), flush=True),
+            on_episode=lambda e: _report_episode(e, out),
         )
     finally:
         algo.stop()
+        if out is not None:
+            out.close()
     finished = result.finished
     if args.steps is not None and not finished:
         print(f"no episode of {cfg.env_name} finished within {args.steps} steps; raise --steps")
     episodes = "episode" if len(finished) == 1 else "episodes"
     print(f"mean return over {len(finished)} {episodes}: {result.mean_return:.2f}")
     return 0
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    """RLlib's ``rllib rollout``: ``evaluate``, checking ``--run`` against the checkpoint."""
+    from rltrainer.algorithms.registry import get_algorithm_class
+    from rltrainer.checkpoint_store import read_manifest
+
+    if args.track_progress and args.out is None:
+        raise UsageError("--track-progress needs --out FILE (FILE gains a line as each episode ends)")
+    if args.run is not None:
+        _check_not_trial_dir(args.checkpoint)
+        written_by = read_manifest(args.checkpoint)["algorithm"]
+        if written_by != get_algorithm_class(args.run).__name__:
+            raise UsageError(
+                f"--run {args.run} disagrees with the checkpoint, which {written_by} wrote: "
+                f"pass --run {written_by} or leave --run out"
+            )
+    return _evaluate(args)
+
+
+def _open_out(path: str) -> IO[str]:
+    try:
+        return open(Path(path).expanduser(), "w")  # noqa: SIM115 (closed by _evaluate)
+    except OSError as err:
+        raise UsageError(f"cannot write --out {path!r}: {err.strerror}") from None
+
+
+def _report_episode(episode: Any, out: IO[str] | None) -> None:
+    print(_episode_line(episode), flush=True)
+    if out is not None:
+        video = str(episode.video_path) if episode.video_path is not None else None
+        line = {
+            "episode": episode.index,
+            "return": episode.episode_return,
+            "length": episode.length,
+            "finished": episode.finished,
+            "video": video,
+        }
+        out.write(json.dumps(line) + "\n")
+        out.flush()
 
 
 def _check_not_trial_dir(path: str) -> None:
@@ -595,6 +700,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version, or a usage error argparse reported
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    refused = getattr(args, "refused", None) or [ray_flag_conflict(vars(args))]
+    if refused[0] is not None:  # a documented RLlib flag rltrainer does not support: say why
+        print(f"rltrainer: error: {refused[0]}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return args.handler(args)
     except RLTrainerError as err:

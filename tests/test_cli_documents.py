@@ -1,0 +1,186 @@
+"""The RLlib documents' command-line forms: ``train -f``, ``rollout``, ``--framework torch``,
+RLlib's train flags (mapped or refused in one line). In-process, tiny budgets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rltrainer import cli_compat
+from rltrainer.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = '{"train_batch_size": 256, "minibatch_size": 64, "num_epochs": 1}'
+ONE_ITERATION = '{"training_iteration": 1}'
+
+
+def rllib_train(storage: Path, *extra: str) -> list[str]:
+    return [
+        "train", "--run", "PPO", "--env", "CartPole-v1", "--local-dir", str(storage),
+        "--stop", ONE_ITERATION, "--config", TINY, *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One tiny PPO iteration, trained with RLlib's spellings of the flags."""
+    storage = tmp_path_factory.mktemp("results")
+    args = rllib_train(storage, "--framework", "torch", "--torch", "--experiment-name", "docs")
+    assert main([*args, "--checkpoint-at-end", "--num-samples", "1"]) == 0
+    (path,) = storage.glob("docs/*/checkpoint_000001")
+    return str(path)
+
+
+def one_error_line(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("rltrainer: error: ") and err.count("\n") == 1, err
+    return err
+
+
+# --- train ------------------------------------------------------------------------------
+
+
+def test_train_dash_f_is_train_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    yaml_file = str(REPO / "tuned_examples/ppo_cartpole.yaml")
+    argv = ["train", "-f", yaml_file, "--stop", ONE_ITERATION, "--local-dir", str(tmp_path)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "stopping when training_iteration >= 1" in capsys.readouterr().out
+    assert list((tmp_path / "cartpole-ppo").glob("*/result.json"))  # the file's experiment name
+    both = vars(build_parser().parse_args(["train", "-f", "a.yaml"]))
+    assert both["path"] == vars(build_parser().parse_args(["train", "file", "a.yaml"]))["path"]
+
+
+def test_checkpoint_flags_map_to_the_config() -> None:
+    from rltrainer.cli import _train_setup
+
+    argv = [
+        "train", "--run", "PPO", "--env", "CartPole-v1", "--local-dir", "/tmp/r", "--experiment-name", "e",
+        "--keep-checkpoints-num", "3", "--checkpoint-score-attr", "min-episode_return_mean",
+    ]  # fmt: skip
+    config, _, _ = _train_setup(build_parser().parse_args(argv))
+    assert (config.storage_path, config.experiment_name, config.num_to_keep) == ("/tmp/r", "e", 3)
+    assert (config.checkpoint_score_attribute, config.checkpoint_score_order) == (
+        "episode_return_mean",
+        "min",
+    )
+
+
+def test_restore_continues_from_the_checkpoint(
+    checkpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = rllib_train(tmp_path, "--restore", checkpoint)
+    argv[argv.index("--stop") + 1] = '{"training_iteration": 2}'
+    assert main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"resuming from {checkpoint}" in out and "iter=2 " in out and "iter=1 " not in out
+
+
+# name: (argv after the common train flags, words of the one error line)
+REFUSED = {
+    "tf": (["--framework", "tf"], ["--framework tf", "torch only"]),
+    "tf2 with =": (["--framework=tf2"], ["--framework tf2", "torch only"]),
+    "eager": (["--eager"], ["--eager", "torch only"]),
+    "trace": (["--trace"], ["--trace", "torch only"]),
+    "num samples": (["--num-samples", "4"], ["--num-samples 4", "issue #20"]),
+    "scheduler": (["--scheduler", "PBT"], ["--scheduler PBT", "issue #20"]),
+    "upload dir": (["--upload-dir", "s3://b/p"], ["--storage-path s3://"]),
+    "local mode": (["--local-mode"], ["num_env_runners"]),
+    "ray ui": (["--ray-ui"], ["--ray-address"]),
+    "ray address and cpus": (["--ray-address", "auto", "--ray-num-cpus", "2"], ["pass one"]),
+    "restore not a checkpoint": (["--restore", "/nonexistent/ckpt"], ["does not exist"]),
+    "restore and resume-from": (["--restore", "a", "--resume", "--resume-from", "b"], ["pass one"]),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_unsupported_train_flags_are_one_line(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    extra, words = REFUSED[case]
+    assert main(rllib_train(tmp_path, *extra)) == 2
+    err = one_error_line(capsys)
+    for word in words:
+        assert word in err
+    assert not list(tmp_path.glob("*/*/result.json"))  # nothing trained
+
+
+def test_train_help_lists_the_documents_flags(capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    flags = [
+        "--run", "--env", "--config", "--stop", "-f", "--framework", "--torch", "--eager", "--trace",
+        "--checkpoint-freq", "--checkpoint-at-end", "--local-dir", "--storage-path", "--restore", "--resume",
+        "--num-samples", "-v", "--ray-address", "--ray-num-cpus", "--ray-num-gpus", "--keep-checkpoints-num",
+        "--checkpoint-score-attr", "--experiment-name", "--name", "--upload-dir", "--scheduler",
+        "--local-mode", "--ray-ui",
+    ]  # fmt: skip
+    assert [flag for flag in flags if f"{flag} " not in out and f"{flag}," not in out] == []
+
+
+def test_ray_flags_start_or_join_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    calls: list[dict] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append({"shutdown": True}))
+    with cli_compat.ray_session({"ray_num_cpus": 3, "ray_num_gpus": 0}):
+        pass
+    with cli_compat.ray_session({"ray_address": "ray://head:10001"}):
+        pass
+    with cli_compat.ray_session({}):
+        pass
+    assert calls[0]["address"] == "local" and (calls[0]["num_cpus"], calls[0]["num_gpus"]) == (3, 0)
+    assert calls[2] == {"address": "ray://head:10001", "log_to_driver": True}
+    assert calls[1] == calls[3] == {"shutdown": True} and len(calls) == 4
+
+
+# --- rollout ----------------------------------------------------------------------------
+
+
+def test_rollout_writes_json_lines(checkpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "rollouts.jsonl"
+    argv = ["rollout", checkpoint, "--run", "PPO", "--env", "CartPole-v1", "--steps", "50"]
+    assert main([*argv, "--out", str(out), "--no-render", "--track-progress", "--local-mode"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("episode ")]
+    episodes = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(episodes) == len(printed) >= 1
+    assert sum(e["length"] for e in episodes) == 50
+    assert set(episodes[0]) == {"episode", "return", "length", "finished", "video"}
+    assert [e["episode"] for e in episodes] == list(range(len(episodes)))
+
+
+def test_rollout_episodes_and_video_dir(
+    checkpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["rollout", checkpoint, "--episodes", "1", "--video-dir", str(tmp_path / "v")]) == 0
+    assert "mean return over 1 episode:" in capsys.readouterr().out
+    assert [p.name for p in (tmp_path / "v").iterdir()] == ["episode_000.mp4"]
+
+
+ROLLOUT_REFUSED = {
+    "other algorithm": (["--run", "DQN"], ["--run DQN disagrees", "PPO wrote"]),
+    "unknown algorithm": (["--run", "XYZ"], ["unknown algorithm 'XYZ'"]),
+    "other spaces": (["--env", "Pendulum-v1"], ["observation_space"]),
+    "shelve": (["--use-shelve", "--out", "x"], ["pickle", "JSON line"]),
+    "save info": (["--save-info"], ["pickle", "--out FILE"]),
+    "render": (["--render"], ["--video-dir"]),
+    "progress without out": (["--track-progress"], ["needs --out"]),
+    "unwritable out": (["--out", "/nonexistent/dir/x.jsonl"], ["cannot write --out"]),
+}
+
+
+@pytest.mark.parametrize("case", ROLLOUT_REFUSED)
+def test_rollout_mistakes_are_one_line(checkpoint: str, case: str, capsys: pytest.CaptureFixture) -> None:
+    extra, words = ROLLOUT_REFUSED[case]
+    assert main(["rollout", checkpoint, "--steps", "5", *extra]) == 2
+    err = one_error_line(capsys)
+    for word in words:
+        assert word in err
+
+
+def test_rollout_steps_and_episodes_exclusive(capsys: pytest.CaptureFixture) -> None:
+    assert main(["rollout", "x", "--steps", "5", "--episodes", "1"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
