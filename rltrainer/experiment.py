@@ -96,7 +96,7 @@ def resolve_stop(stop: dict[str, Any], keys_of: type[Algorithm] | type[Algorithm
     allowed = keys_of.result_keys()
     resolved: dict[str, float] = {}
     for key, value in stop.items():
-        name = canonical_stop_key(str(key))
+        name = str(key) if str(key) in allowed else canonical_stop_key(str(key))
         # Callbacks' metrics are named by the user: any custom_metrics/... key may stop a run.
         if name not in allowed and not name.startswith(("custom_metrics/", "evaluation/custom_metrics/")):
             raise ConfigError(

@@ -118,6 +118,30 @@ class Policy:
             "action_dist_inputs": dist_inputs,
         }
 
+    def compute_actions(
+        self,
+        obs_batch: Any,
+        state_batches: Any = None,  # noqa: ARG002 - RLlib's signature; no RNN here
+        prev_action_batch: Any = None,  # noqa: ARG002
+        prev_reward_batch: Any = None,  # noqa: ARG002
+        info_batch: Any = None,  # noqa: ARG002
+        episodes: Any = None,  # noqa: ARG002
+        explore: bool | None = None,
+        timestep: int | None = None,
+        **kwargs: Any,  # noqa: ARG002
+    ) -> tuple[np.ndarray, list[Any], dict[str, np.ndarray]]:
+        """RLlib's ``Policy.compute_actions``: ``(actions, state_outs, extra_fetches)`` for a batch
+        of preprocessed (flattened, filtered) observations; ``actions`` are the distribution's
+        (before rescaling to a Box space's bounds), ``state_outs`` is ``[]`` (no RNN),
+        ``extra_fetches`` holds ``action_logp``, ``action_dist_inputs`` and ``vf_preds``
+        (per algorithm). ``explore`` defaults to the config's, ``timestep`` to the policy's."""
+        flat = np.asarray(obs_batch, dtype=np.float32)
+        flat = flat.reshape(len(flat), -1)
+        if timestep is not None:
+            self.global_timestep = int(timestep)
+        out = self.compute(flat, self.config.explore if explore is None else explore)
+        return out["actions"], [], self.extra_fetches(flat, out)
+
     @torch.inference_mode()
     def compute_values(self, flat_obs: np.ndarray) -> np.ndarray:
         """State values of ``[B, obs_size]`` observations."""

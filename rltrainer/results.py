@@ -82,10 +82,82 @@ EVALUATION_KEYS: tuple[str, ...] = (
 )
 
 
+#: RLlib's (old API stack) names of our episode statistics.
+EPISODE_ALIASES: dict[str, str] = {
+    "episode_return_mean": "episode_reward_mean",
+    "episode_return_min": "episode_reward_min",
+    "episode_return_max": "episode_reward_max",
+}
+#: What RLlib groups under ``sampler_results`` and ``env_runners`` (with ``custom_metrics``
+#: and ``hist_stats``).
+SAMPLER_KEYS: tuple[str, ...] = (*EPISODE_ALIASES, "episode_len_mean", "episodes_this_iter")
+#: ``timers/...`` of every result: milliseconds spent in this iteration.
+TIMER_KEYS: tuple[str, ...] = (
+    "training_iteration_time_ms",
+    "sample_time_ms",
+    "learn_time_ms",
+    "synch_weights_time_ms",
+)
+#: ``perf/...``: the machine's CPU and memory use (percent), as RLlib reports them.
+PERF_KEYS: tuple[str, ...] = ("cpu_util_percent", "ram_util_percent")
+
+
+def _rllib_names(keys: tuple[str, ...] | list[str], prefix: str = "") -> list[str]:
+    """The RLlib-named keys ``add_rllib_keys`` derives from ``keys`` (for stop criteria)."""
+    old = [EPISODE_ALIASES[k] for k in EPISODE_ALIASES if k in keys]
+    sampler = [EPISODE_ALIASES.get(k, k) for k in SAMPLER_KEYS]
+    return [
+        *(prefix + k for k in old),
+        *(f"{prefix}sampler_results/{k}" for k in sampler),
+        *(f"{prefix}env_runners/{k}" for k in dict.fromkeys([*SAMPLER_KEYS, *sampler])),
+    ]
+
+
 def result_keys_for(stat_keys: tuple[str, ...] = ()) -> list[str]:
     """Every numeric key ``train()`` reports with a learner reporting ``stat_keys`` (what stop
-    criteria may name)."""
-    return [*BASE_RESULT_KEYS, *stat_keys, *(f"evaluation/{k}" for k in EVALUATION_KEYS)]
+    criteria may name), RLlib's names for them included."""
+    return [
+        *BASE_RESULT_KEYS,
+        *stat_keys,
+        *(f"evaluation/{k}" for k in EVALUATION_KEYS),
+        *_rllib_names(BASE_RESULT_KEYS),
+        "num_env_steps_sampled_this_iter",
+        "num_env_steps_trained_this_iter",
+        "num_env_steps_trained_lifetime",
+        "info/num_env_steps_sampled",
+        "info/num_env_steps_trained",
+        *(f"info/learner/default_policy/learner_stats/{k}" for k in stat_keys),
+        *(f"timers/{k}" for k in TIMER_KEYS),
+        *(f"perf/{k}" for k in PERF_KEYS),
+        *_rllib_names(EVALUATION_KEYS, "evaluation/"),
+    ]
+
+
+def add_rllib_keys(metrics: dict[str, Any], learner_stats: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Add RLlib's names and groupings of the same numbers to a result (or to its
+    ``evaluation`` metrics): ``episode_reward_mean|min|max``, ``sampler_results/...`` and
+    ``env_runners/...``, and with ``learner_stats`` ``info/learner/default_policy/learner_stats/...``.
+    Derived from what is there, never computed a second time. Returns ``metrics``."""
+    for ours, theirs in EPISODE_ALIASES.items():
+        if ours in metrics:
+            metrics[theirs] = metrics[ours]
+    grouped = {key: metrics[key] for key in (*SAMPLER_KEYS, "custom_metrics", "hist_stats") if key in metrics}
+    metrics["sampler_results"] = {EPISODE_ALIASES.get(key, key): value for key, value in grouped.items()}
+    metrics["env_runners"] = {**grouped, **metrics["sampler_results"]}
+    if learner_stats is not None:
+        metrics["info"] = {
+            "learner": {"default_policy": {"learner_stats": dict(learner_stats)}},
+            "num_env_steps_sampled": metrics["num_env_steps_sampled_lifetime"],
+            "num_env_steps_trained": metrics["num_env_steps_trained_lifetime"],
+        }
+    return metrics
+
+
+def perf_metrics() -> dict[str, float]:
+    """CPU use since the last call and memory use of the machine, in percent (RLlib's ``perf``)."""
+    import psutil
+
+    return {"cpu_util_percent": psutil.cpu_percent(), "ram_util_percent": psutil.virtual_memory().percent}
 
 
 def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -383,7 +383,14 @@ def test_seeded_runs_are_identical(tmp_path):
             results.append(algo.train())
         finally:
             algo.stop()
-    varying = {"time_this_iter_s", "time_total_s", "timestamp", "num_env_steps_sampled_per_s"}
+    varying = {
+        "time_this_iter_s",
+        "time_total_s",
+        "timestamp",
+        "num_env_steps_sampled_per_s",
+        "timers",
+        "perf",
+    }
     first, second = ({k: v for k, v in r.items() if k not in varying} for r in results)
     assert first == second
 

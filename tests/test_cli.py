@@ -189,7 +189,9 @@ def test_stop_keys_accept_rllib_spellings() -> None:
     from rltrainer.algorithms.ppo import PPO
 
     stop = {"episode_reward_mean": 400, "env_runners/episode_return_mean": 450, "timesteps_total": 10}
-    assert resolve_stop(stop, PPO) == {"episode_return_mean": 450, "timesteps_total": 10}
+    assert resolve_stop(stop, PPO) == stop  # results carry these names too
+    assert resolve_stop({"env_runners/episode_reward_max": 9}, PPO) == {"env_runners/episode_reward_max": 9}
+    assert resolve_stop({"episode_return_mean": 1}, PPO) == {"episode_return_mean": 1}
     with pytest.raises(ConfigError, match="must be a number"):
         resolve_stop({"training_iteration": "10"}, PPO)
 

@@ -16,6 +16,8 @@ import shutil
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -38,7 +40,7 @@ from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.offline.output_writer import redirect_output, resolve_output
 from rltrainer.policy import Policy
-from rltrainer.results import ResultLogger, flatten, result_keys_for
+from rltrainer.results import ResultLogger, add_rllib_keys, flatten, perf_metrics, result_keys_for
 from rltrainer.storage import StorageError, is_remote, join_uri, open_storage, parent_uri
 
 logger = logging.getLogger(__name__)
@@ -112,6 +114,7 @@ class Algorithm:
         self._episodes: deque[EpisodeStats] = deque(maxlen=config.metrics_num_episodes_for_smoothing)
         self._iteration_samples = 0
         self._iteration_episodes: list[EpisodeStats] = []
+        self._timers: dict[str, float] = {}  # seconds per phase of the current iteration
         self._cache_dir: Path | None = None  # local copy of an s3:// trial's result files
         self._result_logger: ResultLogger | None = None
         self._last_result: dict[str, Any] | None = None
@@ -139,7 +142,8 @@ class Algorithm:
     def sample_rollouts(self, min_steps: int | None = None) -> list[Rollout]:
         """Sample ``min_steps`` (default ``train_batch_size``) env steps from the env runners."""
         wanted = self.config.train_batch_size if min_steps is None else min_steps
-        rollouts, episodes = self.env_runner_group.sample(wanted)
+        with self.timed("sample"):
+            rollouts, episodes = self.env_runner_group.sample(wanted)
         steps = sum(rollout.num_steps for rollout in rollouts)
         self.counters.timesteps_total += steps
         self._iteration_samples += steps
@@ -147,11 +151,20 @@ class Algorithm:
         self._episodes.extend(episodes)
         return rollouts
 
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Add the time the block takes to this iteration's ``timers/<phase>_time_ms``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._timers[phase] = self._timers.get(phase, 0.0) + time.perf_counter() - start
+
     # --- training ---------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         """Run one training iteration; returns a flat dict of metrics (see the README)."""
         start = time.perf_counter()
-        self._iteration_samples, self._iteration_episodes = 0, []
+        self._iteration_samples, self._iteration_episodes, self._timers = 0, [], {}
         trained_before = self.counters.num_env_steps_trained
         cfg = self.config
         # evaluation_parallel_to_training: evaluating (in a thread) while the training step runs.
@@ -185,7 +198,17 @@ class Algorithm:
             "num_healthy_env_runners": sum(1 for r in self.env_runner_group.remote_workers if r is not None),
             "num_env_runner_restarts": self.env_runner_group.num_restarts,
             **stats,
+            "timers": {
+                "training_iteration_time_ms": elapsed * 1000.0,
+                **{f"{phase}_time_ms": seconds * 1000.0 for phase, seconds in self._timers.items()},
+            },
+            "perf": perf_metrics(),
         }
+        # RLlib's names for these numbers (episode_reward_mean, info/learner/..., ...).
+        result["num_env_steps_sampled_this_iter"] = result["num_env_steps_sampled"]
+        result["num_env_steps_trained_this_iter"] = result["num_env_steps_trained"]
+        result["num_env_steps_trained_lifetime"] = self.counters.num_env_steps_trained
+        add_rllib_keys(result, stats)
         if self._evaluation.due(self.counters.training_iteration):
             result.update(parallel.result() if parallel is not None else self.evaluate())
         elif cfg.always_attach_evaluation_results and self._evaluation.last_results is not None:
@@ -218,7 +241,7 @@ class Algorithm:
         called directly, an ``"auto"`` evaluation runs one round).
         """
         call_hook(self.callbacks, "on_evaluate_start", algorithm=self)
-        results = {"evaluation": self._evaluation.run(parallel_train_future)}
+        results = {"evaluation": add_rllib_keys(self._evaluation.run(parallel_train_future))}
         call_hook(self.callbacks, "on_evaluate_end", algorithm=self, evaluation_metrics=results)
         self._evaluation.last_results = results
         return results
@@ -236,19 +259,28 @@ class Algorithm:
         return self.env_runner_group.local_worker().policy
 
     def compute_single_action(
-        self, observation: Any, explore: bool | None = None, full_fetch: bool = False
+        self,
+        observation: Any,
+        state: list[Any] | None = None,
+        prev_action: Any = None,  # noqa: ARG002 - RLlib's signature; no RNN here
+        prev_reward: float | None = None,  # noqa: ARG002
+        info: dict | None = None,  # noqa: ARG002
+        policy_id: str = "default_policy",  # noqa: ARG002 - one policy
+        full_fetch: bool = False,
+        explore: bool | None = None,
     ) -> Any:
         """The action for one raw env observation (same preprocessing and filter as training).
 
-        With ``full_fetch`` returns ``(action, [], extra)`` where ``extra`` holds
-        ``action_logp``, ``action_dist_inputs`` and ``vf_preds``, as RLlib does.
+        With ``full_fetch`` or a ``state`` (RLlib's RNN form) returns ``(action, state_out,
+        extra)``: ``state_out`` is ``[]`` (no RNN models), ``extra`` holds ``action_logp``,
+        ``action_dist_inputs`` and ``vf_preds``, as RLlib does.
         """
         runner = self.env_runner_group.local_worker()
         policy = runner.policy
         flat = runner.filter(policy.preprocessor.transform_one(observation), update=False)
         out = policy.compute(flat, self.config.explore if explore is None else explore)
         action = out["env_actions"][0]
-        if not full_fetch:
+        if not full_fetch and state is None:
             return action
         extra = {key: value[0] for key, value in policy.extra_fetches(flat, out).items()}
         return action, [], extra
@@ -541,9 +573,10 @@ def make_learner(
 
 
 def episode_metrics(episodes: Any, keep_per_episode_custom_metrics: bool = False) -> dict[str, Any]:
-    """Mean/min/max return and mean length of ``episodes`` (NaN when there are none), and
-    the callbacks' ``custom_metrics`` (``<name>_mean|min|max``, or per-episode lists) and
-    ``hist_stats`` (each ``hist_data`` list, concatenated over the episodes)."""
+    """Mean/min/max return and mean length of ``episodes`` (NaN when there are none), the
+    callbacks' ``custom_metrics`` (``<name>_mean|min|max``, or per-episode lists) and
+    ``hist_stats``: each episode's return and length (RLlib's ``episode_reward`` and
+    ``episode_lengths``) and each callbacks' ``hist_data`` list, concatenated over the episodes."""
     if not episodes:
         nan = float("nan")
         return {
@@ -552,6 +585,7 @@ def episode_metrics(episodes: Any, keep_per_episode_custom_metrics: bool = False
             "episode_return_max": nan,
             "episode_len_mean": nan,
             "custom_metrics": {},
+            "hist_stats": {"episode_reward": [], "episode_lengths": []},
         }
     returns = np.array([e.episode_return for e in episodes])
     metrics: dict[str, Any] = {
@@ -561,12 +595,15 @@ def episode_metrics(episodes: Any, keep_per_episode_custom_metrics: bool = False
         "episode_len_mean": float(np.mean([e.episode_len for e in episodes])),
         "custom_metrics": custom_metric_summary(episodes, keep_per_episode_custom_metrics),
     }
-    hist: dict[str, list] = {}
+    # RLlib's histograms of the smoothing window's episodes, then the callbacks' hist_data.
+    hist: dict[str, list] = {
+        "episode_reward": returns.tolist(),
+        "episode_lengths": [e.episode_len for e in episodes],
+    }
     for episode in episodes:
         for name, values in (episode.hist_data or {}).items():
             hist.setdefault(name, []).extend(values if isinstance(values, list | tuple) else [values])
-    if hist:
-        metrics["hist_stats"] = hist
+    metrics["hist_stats"] = hist
     return metrics
 
 

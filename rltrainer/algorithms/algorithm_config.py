@@ -50,6 +50,9 @@ ALIASES: dict[str, str] = {
     "recreate_failed_env_runners": "restart_failed_env_runners",
     "callbacks": "callbacks_class",
     "evaluation_num_workers": "evaluation_num_env_runners",
+    "evaluation_num_episodes": "evaluation_duration",  # counted in episodes, the default unit
+    # RLlib 1.x: env steps sampled before an iteration may end (later min_sample_timesteps_per_reporting).
+    "timesteps_per_iteration": "min_sample_timesteps_per_iteration",
 }
 
 
@@ -485,6 +488,25 @@ class AlgorithmConfig(BaseModel):
             values[name] = value
         return self._update("config", values, allowed=tuple(self._all_fields()))
 
+    # RLlib's dict access (``config["lr"]``, ``config["num_workers"] = 2``), older names included.
+    def __getitem__(self, key: str) -> Any:
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, ALIASES.get(key, key))
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.update_from_dict({key: value})
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and ALIASES.get(key, key) in type(self).model_fields
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``config[key]`` if ``key`` is a setting (or an older name of one), else ``default``."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
     def copy(self, copy_frozen: bool | None = None) -> AlgorithmConfig:  # noqa: ARG002
         """An independent deep copy (RLlib's ``copy_frozen`` argument is accepted and ignored)."""
         return self.model_copy(deep=True)
@@ -582,8 +604,7 @@ class AlgorithmConfig(BaseModel):
             if key not in allowed and ALIASES.get(key) in allowed:
                 key = ALIASES[key]  # noqa: PLW2901 - RLlib's older name for the field
             if key not in allowed:
-                hint = difflib.get_close_matches(key, allowed, n=1)
-                suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+                suggestion = self._suggestion(key, allowed)
                 raise ConfigError(
                     f"{section}(): unknown key '{key}'{suggestion}; allowed: {', '.join(allowed)}"
                 )
@@ -610,6 +631,17 @@ class AlgorithmConfig(BaseModel):
 
             set_log_level(self.log_level)
         return self
+
+    def _suggestion(self, key: str, allowed: tuple[str, ...]) -> str:
+        """Where an unknown key belongs: another builder method's field (or RLlib's older name
+        of one), else the closest allowed name."""
+        name = ALIASES.get(key, key)
+        owner = next((section for section, fields in self.SECTIONS.items() if name in fields), None)
+        if owner is not None:
+            older = f"RLlib's older name of '{name}', " if name != key else ""
+            return f" ({older}set by .{owner}())"
+        hint = difflib.get_close_matches(key, allowed, n=1)
+        return f" (did you mean '{hint[0]}'?)" if hint else ""
 
     def _merged_exploration_config(self, section: str, value: Any) -> dict[str, Any]:
         """RLlib's rule: the same (or no) type updates the current settings, a new type replaces them."""

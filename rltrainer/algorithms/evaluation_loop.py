@@ -76,6 +76,7 @@ class Evaluation:
             self._placement,
             index_offset=cfg.num_env_runners,
             local_worker_index=cfg.num_env_runners + cfg.evaluation_num_env_runners + 1,
+            in_evaluation=True,
         )
 
     # --- when ------------------------------------------------------------------------

@@ -2,13 +2,17 @@
 
 Thin, fast wrappers: sampling and log-probabilities avoid ``torch.distributions``'
 argument validation and object overhead on the inference hot path.
+
+The torch classes answer to RLlib's names too: ``dist_class(inputs, model)`` (the model is
+accepted and unused), ``sample()``, ``deterministic_sample()``, ``logp(actions)`` (=
+``log_prob``), ``sampled_action_logp()``, ``entropy()`` and ``kl(other)``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,15 +29,17 @@ _NO_UNIFORMS = np.zeros(0, dtype=np.float32)  # greedy sampling draws none
 class Categorical:
     """Categorical over ``n`` actions from unnormalized logits ``[B, n]``."""
 
-    def __init__(self, logits: torch.Tensor) -> None:
+    def __init__(self, logits: torch.Tensor, model: Any = None) -> None:  # noqa: ARG002 - RLlib's signature
         self.logits = torch.log_softmax(logits, dim=-1)
+        self.last_sample: torch.Tensor | None = None
 
     @staticmethod
     def required_inputs(space: spaces.Discrete) -> int:
         return int(space.n)
 
     def sample(self) -> torch.Tensor:
-        return torch.multinomial(self.logits.exp(), 1).squeeze(-1)
+        self.last_sample = torch.multinomial(self.logits.exp(), 1).squeeze(-1)
+        return self.last_sample
 
     def deterministic_sample(self) -> torch.Tensor:
         return torch.argmax(self.logits, dim=-1)
@@ -83,20 +89,28 @@ class Categorical:
     def kl(self, other: Categorical) -> torch.Tensor:
         return (self.logits.exp() * (self.logits - other.logits)).sum(-1)
 
+    logp = log_prob  # RLlib's name
+
+    def sampled_action_logp(self) -> torch.Tensor:
+        """``logp`` of the last ``sample()`` (RLlib's)."""
+        return _logp_of_last(self)
+
 
 class DiagGaussian:
     """Diagonal Gaussian from ``[B, 2 * d]`` inputs: means, then log standard deviations."""
 
-    def __init__(self, inputs: torch.Tensor) -> None:
+    def __init__(self, inputs: torch.Tensor, model: Any = None) -> None:  # noqa: ARG002 - RLlib's signature
         self.mean, self.log_std = inputs.chunk(2, dim=-1)
         self.std = self.log_std.exp()
+        self.last_sample: torch.Tensor | None = None
 
     @staticmethod
     def required_inputs(space: spaces.Box) -> int:
         return 2 * int(math.prod(space.shape))
 
     def sample(self) -> torch.Tensor:
-        return self.mean + self.std * torch.randn_like(self.mean)
+        self.last_sample = self.mean + self.std * torch.randn_like(self.mean)
+        return self.last_sample
 
     def deterministic_sample(self) -> torch.Tensor:
         return self.mean
@@ -127,6 +141,12 @@ class DiagGaussian:
         mean_term = ((self.mean - other.mean) / other.std).pow(2)
         return 0.5 * (var_ratio + mean_term - 1.0 - var_ratio.log()).sum(-1)
 
+    logp = log_prob  # RLlib's name
+
+    def sampled_action_logp(self) -> torch.Tensor:
+        """``logp`` of the last ``sample()`` (RLlib's)."""
+        return _logp_of_last(self)
+
 
 class SquashedGaussian:
     """tanh of a diagonal Gaussian (SAC, Haarnoja et al. 2018): actions in (-1, 1).
@@ -138,7 +158,7 @@ class SquashedGaussian:
 
     LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
-    def __init__(self, inputs: torch.Tensor) -> None:
+    def __init__(self, inputs: torch.Tensor, model: Any = None) -> None:  # noqa: ARG002 - RLlib's signature
         mean, log_std = inputs.chunk(2, dim=-1)
         self.mean = mean
         self.log_std = log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
@@ -158,6 +178,20 @@ class SquashedGaussian:
 
     def deterministic_sample(self) -> torch.Tensor:
         return torch.tanh(self.mean)
+
+    def sample(self) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rsample_with_logp()[0]
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """Log-density of actions in (-1, 1) (clamped just inside, as RLlib does, for +-1)."""
+        eps = torch.finfo(actions.dtype).eps
+        u = torch.atanh(actions.clamp(-1.0 + eps, 1.0 - eps))
+        z = (u - self.mean) / self.std
+        gaussian_logp = (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return gaussian_logp - (2 * (math.log(2) - u - torch.nn.functional.softplus(-2 * u))).sum(-1)
+
+    logp = log_prob  # RLlib's name (no entropy() or kl(): no closed form, as in RLlib)
 
     @classmethod
     def sample_numpy(
@@ -196,6 +230,12 @@ class ActionDistribution:
     def with_inputs(self, inputs: np.ndarray) -> ActionDistribution:
         """The same kind of distribution over other inputs (e.g. Q-values over a temperature)."""
         return ActionDistribution(self.dist_class, inputs, self.rng)
+
+
+def _logp_of_last(dist: Categorical | DiagGaussian) -> torch.Tensor:
+    if dist.last_sample is None:
+        raise ValueError("sampled_action_logp(): call sample() first")
+    return dist.log_prob(dist.last_sample)
 
 
 @functools.cache

@@ -2,7 +2,7 @@
 
 ``.exploration(explore=..., exploration_config={"type": ..., **ctor_args})`` picks one of the
 built-ins below by name, a class, or ``"package.module:Class"``. An exploration object
-implements ``get_exploration_action(action_distribution, timestep, explore) -> (actions,
+implements ``get_exploration_action(action_distribution, timestep, explore=True) -> (actions,
 logp)``; ``explore=False`` gives the greedy action (the distribution's mode, no noise).
 Everything runs in numpy over the whole ``[B]`` batch (the env runners' hot path).
 
@@ -46,9 +46,10 @@ class Exploration:
         self,
         action_distribution: ActionDistribution,
         timestep: int,  # noqa: ARG002 - the schedules of subclasses use it
-        explore: bool,
+        explore: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(actions [B, ...], logp [B])`` for a batch of distributions."""
+        """``(actions [B, ...], logp [B])`` for a batch of distributions (``explore`` defaults to
+        True, as RLlib's)."""
         if explore:
             return action_distribution.sample()
         return action_distribution.deterministic_sample()
@@ -76,7 +77,7 @@ class StochasticSampling(Exploration):
         super().__init__(action_space, **kwargs)
         self.random_timesteps = int(random_timesteps)
 
-    def get_exploration_action(self, action_distribution, timestep, explore):
+    def get_exploration_action(self, action_distribution, timestep, explore=True):
         if explore and timestep < self.random_timesteps:
             actions = self.random_actions(len(action_distribution.inputs))
             return actions, np.zeros(len(actions), dtype=np.float32)
@@ -86,7 +87,7 @@ class StochasticSampling(Exploration):
 class Random(Exploration):
     """Uniformly random actions when exploring (the greedy action otherwise)."""
 
-    def get_exploration_action(self, action_distribution, timestep, explore):  # noqa: ARG002
+    def get_exploration_action(self, action_distribution, timestep, explore=True):  # noqa: ARG002
         if not explore:
             return action_distribution.deterministic_sample()
         actions = self.random_actions(len(action_distribution.inputs))
@@ -124,7 +125,7 @@ class EpsilonGreedy(Exploration):
             self.initial_epsilon, self.final_epsilon, self.epsilon_timesteps, timestep, self.warmup_timesteps
         )
 
-    def get_exploration_action(self, action_distribution, timestep, explore):
+    def get_exploration_action(self, action_distribution, timestep, explore=True):
         greedy, _ = action_distribution.deterministic_sample()
         logp = np.zeros(len(greedy), dtype=np.float32)
         if not explore:
@@ -145,7 +146,7 @@ class SoftQ(Exploration):
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = float(temperature)
 
-    def get_exploration_action(self, action_distribution, timestep, explore):  # noqa: ARG002
+    def get_exploration_action(self, action_distribution, timestep, explore=True):  # noqa: ARG002
         if not explore:
             return action_distribution.deterministic_sample()
         scaled = action_distribution.with_inputs(action_distribution.inputs / self.temperature)
@@ -188,7 +189,7 @@ class GaussianNoise(Exploration):
     def noise(self, shape: tuple[int, ...]) -> np.ndarray:
         return self.stddev * self.rng.standard_normal(shape)
 
-    def get_exploration_action(self, action_distribution, timestep, explore):
+    def get_exploration_action(self, action_distribution, timestep, explore=True):
         actions, _ = action_distribution.deterministic_sample()
         logp = np.zeros(len(actions), dtype=np.float32)
         if not explore:

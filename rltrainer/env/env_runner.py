@@ -13,6 +13,7 @@ observation, which is what a truncated episode bootstraps from.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,6 +36,23 @@ from rltrainer.utils.sample_batch import SampleBatch, written_columns
 logger = logging.getLogger(__name__)
 
 _CRASHED_MASK = "_" + RestartOnCrash.CRASHED  # SyncVectorEnv's info mask of recreated envs
+
+# The env runner of this process (RLlib's global worker): the newest training runner made here,
+# else the newest evaluation runner.
+_global_worker: weakref.ref[EnvRunner] | None = None
+
+
+def get_global_worker() -> EnvRunner | None:
+    """The env runner of the current process: in the driver its local (training) one, in an
+    env-runner actor that actor's runner (RLlib's ``get_global_worker()``)."""
+    return _global_worker() if _global_worker is not None else None
+
+
+def _set_global_worker(runner: EnvRunner) -> None:
+    global _global_worker  # noqa: PLW0603 - one per process, as RLlib's
+    current = get_global_worker()
+    if not runner.in_evaluation or current is None or current.in_evaluation:
+        _global_worker = weakref.ref(runner)
 
 
 class Rollout(NamedTuple):
@@ -113,11 +131,15 @@ class EnvRunner:
         num_workers: int = 0,
         remote: bool = False,
         env_creators: dict[str, Any] | None = None,
+        in_evaluation: bool = False,
     ) -> None:
+        """``in_evaluation``: a runner of the evaluation group (``policy_config["in_evaluation"]``)."""
         # register_env() is per process: remote runners receive the driver's creators.
         for name, creator in (env_creators or {}).items():
             register_env(name, creator)
         self.config = config
+        self.in_evaluation = in_evaluation
+        self._policy_config: dict[str, Any] | None = None
         apply_debugging(config, seed_offset=1000 * worker_index)  # log level; seeds in an actor
         self.worker_index = worker_index
         self._ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
@@ -155,6 +177,7 @@ class EnvRunner:
         if any(overrides(self.callbacks, hook) for hook in EPISODE_HOOKS):
             self._tracker = EpisodeTracker(self, self.callbacks)
         self._calls_sample_end = overrides(self.callbacks, "on_sample_end")
+        _set_global_worker(self)
 
     # --- sampling ------------------------------------------------------------------
     def sample(self, explore: bool | None = None) -> tuple[Rollout, list[EpisodeStats]]:
@@ -472,6 +495,24 @@ class EnvRunner:
     def get_policy(self, policy_id: str = "default_policy") -> Any:  # noqa: ARG002
         """The policy this runner acts with (RLlib's ``RolloutWorker.get_policy``)."""
         return self.policy
+
+    @property
+    def preprocessors(self) -> dict[str, Any]:
+        """``{"default_policy": preprocessor}`` (RLlib's ``RolloutWorker.preprocessors``)."""
+        return {"default_policy": self.policy.preprocessor}
+
+    @property
+    def filters(self) -> dict[str, Any]:
+        """``{"default_policy": observation filter}`` (RLlib's ``RolloutWorker.filters``)."""
+        return {"default_policy": self.filter}
+
+    @property
+    def policy_config(self) -> dict[str, Any]:
+        """The config as a dict (``to_dict()``) plus ``in_evaluation`` (RLlib's
+        ``RolloutWorker.policy_config``); computed once per runner."""
+        if self._policy_config is None:
+            self._policy_config = {**self.config.to_dict(), "in_evaluation": self.in_evaluation}
+        return self._policy_config
 
     def get_weights(self) -> dict[str, np.ndarray]:
         return self.policy.get_weights()

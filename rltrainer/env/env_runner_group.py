@@ -40,11 +40,14 @@ class EnvRunnerGroup:
         placement: Placement | None = None,
         index_offset: int = 0,
         local_worker_index: int = 0,
+        in_evaluation: bool = False,
     ) -> None:
         """``index_offset``: this group's remote runners come after that many others in worker
         indices and placement bundles (evaluation runners follow the training ones);
-        ``local_worker_index``: the local runner's worker index (seeds derive from it)."""
+        ``local_worker_index``: the local runner's worker index (seeds derive from it);
+        ``in_evaluation``: the evaluation group (its runners' ``policy_config["in_evaluation"]``)."""
         self.config = config
+        self._in_evaluation = in_evaluation
         self._placement = placement
         self._offset = index_offset
         self._env_task_fn = resolve_env_task_fn(config.env_task_fn)  # ConfigError for a bad name
@@ -53,7 +56,12 @@ class EnvRunnerGroup:
         self._env_tasks: dict[int, list[Any]] = {}
         self._task_results: dict[str, Any] | None = None
         self._missed_task_call: set[int] = set()
-        self._local = EnvRunner(config, worker_index=local_worker_index, num_workers=config.num_env_runners)
+        self._local = EnvRunner(
+            config,
+            worker_index=local_worker_index,
+            num_workers=config.num_env_runners,
+            in_evaluation=in_evaluation,
+        )
         if self._env_task_fn is not None:
             try:
                 self._local.task_settable_envs()  # ConfigError when the env has no tasks
@@ -86,6 +94,7 @@ class EnvRunnerGroup:
                 num_workers=self.config.num_env_runners,
                 remote=True,
                 env_creators=registered_creators(),
+                in_evaluation=self._in_evaluation,
             )
         )
 
@@ -277,6 +286,8 @@ class EnvRunnerGroup:
             ids = sorted(self._worker_index(i) for i in failures)
             raise WorkerError(f"env runner(s) {ids} {failures[min(failures)]}")
         return results + [done[i] for i in sorted(done)]
+
+    foreach_worker_with_id = foreach_worker_with_index  # RLlib's newer name
 
     def foreach_env(self, fn: Callable[[Any], Any]) -> list[list[Any]]:
         """``fn(env)`` for every sub-env of every runner; one list per runner."""

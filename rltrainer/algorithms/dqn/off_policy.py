@@ -70,15 +70,17 @@ class OffPolicyAlgorithm(Algorithm):
             self._update_credit -= num_updates
         prioritized = isinstance(self.replay_buffer, PrioritizedReplayBuffer)
         learner = self.learner_group.local_learner
-        for _ in range(num_updates):
-            batch = self.replay_buffer.sample(cfg.train_batch_size)
-            self._last_stats = self.learner_group.update(batch, timestep=self.counters.timesteps_total)
-            if prioritized:
-                self.replay_buffer.update_priorities(batch.indices, learner.last_td_errors)
-            self.counters.num_env_steps_trained += cfg.train_batch_size
+        with self.timed("learn"):
+            for _ in range(num_updates):
+                batch = self.replay_buffer.sample(cfg.train_batch_size)
+                self._last_stats = self.learner_group.update(batch, timestep=self.counters.timesteps_total)
+                if prioritized:
+                    self.replay_buffer.update_priorities(batch.indices, learner.last_td_errors)
+                self.counters.num_env_steps_trained += cfg.train_batch_size
         # 3. sync the acting weights
         if num_updates and not self._shared_module:
-            self.env_runner_group.sync_weights(learner.get_policy_weights())
+            with self.timed("synch_weights"):
+                self.env_runner_group.sync_weights(learner.get_policy_weights())
         return self._last_stats
 
     def _sync_global_timestep(self) -> None:

@@ -15,8 +15,10 @@ class PPO(Algorithm):
 
     def training_step(self) -> dict[str, float]:
         rollouts = self.sample_rollouts()  # 1. sample
-        stats = self.learner_group.update(rollouts, timestep=self.counters.timesteps_total)  # 2. update
-        self.env_runner_group.sync_weights(self.learner_group.get_weights())  # 3. sync weights
+        with self.timed("learn"):  # 2. update
+            stats = self.learner_group.update(rollouts, timestep=self.counters.timesteps_total)
+        with self.timed("synch_weights"):  # 3. sync weights
+            self.env_runner_group.sync_weights(self.learner_group.get_weights())
         self.counters.num_env_steps_trained += sum(rollout.num_steps for rollout in rollouts)
         return stats
 

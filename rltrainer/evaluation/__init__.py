@@ -2,6 +2,7 @@
 
 What ``rltrainer evaluate`` runs (RLlib's ``rllib evaluate``): one env, one action per step
 from ``Algorithm.compute_single_action``, the raw env rewards summed per episode.
+``rltrainer.evaluation.rollout_worker`` holds RLlib's ``get_global_worker()`` path.
 """
 
 from __future__ import annotations
