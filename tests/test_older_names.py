@@ -74,3 +74,30 @@ def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
     finally:
         first.stop()
         ray.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "why"),
+    [
+        ("framework", "eager_tracing", True, "TensorFlow setting and rltrainer is torch only"),
+        ("env_runners", "horizon", 200, r"env_config=\{'max_episode_steps': N\}"),
+        ("env_runners", "create_env_on_driver", False, "the driver always creates"),
+        ("env_runners", "no_done_at_end", True, "episodes end when the env ends them"),
+        ("environment", "render_env", True, "rltrainer evaluate CHECKPOINT --video DIR"),
+        ("resources", "_fake_gpus", True, "GPU code paths run on a GPU"),
+        ("framework", "torch_compile_learner", True, "learners run torch eagerly"),
+    ],
+)
+def test_documented_settings_rltrainer_cannot_honour_say_why(section, key, value, why):
+    with pytest.raises(ValueError, match=rf"{section}\(\): {key}={value!r} cannot take effect.*{why}"):
+        getattr(PPOConfig(), section)(**{key: value})
+    with pytest.raises(ValueError, match=rf"{key}={value!r} cannot take effect"):
+        PPOConfig.from_dict({key: value})
+
+
+def test_documented_settings_that_match_what_rltrainer_does_are_accepted():
+    config = PPOConfig.from_dict(
+        {"horizon": None, "create_env_on_driver": True, "disable_env_checking": True, "eager_tracing": False}
+    )
+    config.framework("torch", eager_tracing=False).env_runners(soft_horizon=False, no_done_at_end=False)
+    assert "horizon" not in config.to_dict()  # nothing to store: it is how rltrainer works

@@ -21,7 +21,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from rltrainer.algorithms.algorithm_config import ALIASES
+from rltrainer.algorithms.algorithm_config import ALIASES, DOCUMENTED_SETTINGS
 from rltrainer.algorithms.registry import get_config_class
 from rltrainer.errors import ConfigError
 from rltrainer_operator.models import (
@@ -114,7 +114,7 @@ def _check_config(spec: ExperimentSpec) -> None:
             if name in OWNED_CONFIG_KEYS:
                 alias = f" (RLlib's name for {name})" if name != key else ""
                 raise InvalidSpec(path, f"is set by {OWNED_CONFIG_KEYS[name]}{alias}: remove it from config")
-            if name not in fields:
+            if name not in fields and name not in DOCUMENTED_SETTINGS:  # those say why themselves
                 allowed = sorted(set(fields) - set(OWNED_CONFIG_KEYS) - {"framework_str"})
                 hint = difflib.get_close_matches(key, allowed, n=1)
                 suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""

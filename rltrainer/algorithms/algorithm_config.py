@@ -56,6 +56,44 @@ ALIASES: dict[str, str] = {
 }
 
 
+_VIDEOS = "record videos of a checkpoint's episodes with `rltrainer evaluate CHECKPOINT --video DIR`"
+_ENV_ENDS = "episodes end when the env ends them (terminated or truncated; truncated ones bootstrap)"
+
+#: Settings of RLlib's documents that have no field here, because rltrainer always behaves one
+#: way: that value is accepted (nothing to set); any other is refused, saying why and what to
+#: use instead (never accepted and silently ignored).
+DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
+    "create_env_on_driver": (True, "the driver always creates its own env runner's envs"),
+    "disable_env_checking": (
+        True,
+        "rltrainer runs no env checker at build(); env errors surface when envs are made",
+    ),
+    "eager_tracing": (False, "it is a TensorFlow setting and rltrainer is torch only"),
+    "horizon": (
+        None,
+        "limit episodes in the env: env_config={'max_episode_steps': N} for gymnasium ids, or "
+        "gymnasium.wrappers.TimeLimit in your env creator",
+    ),
+    "soft_horizon": (False, _ENV_ENDS),
+    "no_done_at_end": (False, _ENV_ENDS),
+    "remote_worker_envs": (False, "sub-envs step in their env runner; for slow envs add env runners"),
+    "compress_observations": (False, "not supported: rollouts travel as numpy arrays in Ray's object store"),
+    "monitor": (False, _VIDEOS),
+    "record_env": (False, _VIDEOS),
+    "render_env": (False, _VIDEOS),
+    "_fake_gpus": (False, "not supported: GPU code paths run on a GPU (num_gpus / num_gpus_per_learner)"),
+    "torch_compile_learner": (False, "not supported: learners run torch eagerly"),
+    "torch_compile_worker": (
+        False,
+        "not supported: env runners infer in numpy (see the README's design notes)",
+    ),
+    "extra_python_environs_for_worker": (
+        {},
+        "not supported: give env vars to every worker with ray.init(runtime_env={'env_vars': {...}})",
+    ),
+}
+
+
 def _positive_sizes(sizes: list[int]) -> list[int]:
     if any(s < 1 for s in sizes):
         raise ValueError("every hidden layer size must be >= 1")
@@ -429,9 +467,10 @@ class AlgorithmConfig(BaseModel):
         """CPUs, GPUs and custom resources for learners and env runners."""
         return self._update("resources", kwargs)
 
-    def framework(self, framework: str = "torch") -> AlgorithmConfig:
-        """Accepted for RLlib compatibility: only ``"torch"`` is supported."""
-        return self._update("framework", {"framework_str": framework}, allowed=("framework_str",))
+    def framework(self, framework: str = "torch", **kwargs: Any) -> AlgorithmConfig:
+        """Accepted for RLlib compatibility: only ``"torch"`` is supported (``eager_tracing=False``
+        and the other ``DOCUMENTED_SETTINGS`` as there)."""
+        return self._update("framework", {"framework_str": framework, **kwargs}, allowed=("framework_str",))
 
     # --- dict round trip -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -603,6 +642,9 @@ class AlgorithmConfig(BaseModel):
         for key, value in kwargs.items():
             if key not in allowed and ALIASES.get(key) in allowed:
                 key = ALIASES[key]  # noqa: PLW2901 - RLlib's older name for the field
+            if key in DOCUMENTED_SETTINGS:
+                _check_documented_setting(section, key, value)
+                continue
             if key not in allowed:
                 suggestion = self._suggestion(key, allowed)
                 raise ConfigError(
@@ -757,6 +799,17 @@ class AlgorithmConfig(BaseModel):
         raise ValueError("must be a gymnasium.spaces.Space")
 
 
+def _check_documented_setting(section: str, key: str, value: Any) -> None:
+    """Accept ``value`` when it is what rltrainer does anyway, else say why it cannot be had."""
+    accepted, reason = DOCUMENTED_SETTINGS[key]
+    if value == accepted and type(value) is type(accepted):
+        return
+    raise ConfigError(
+        f"{section}(): {key}={value!r} cannot take effect in rltrainer ({reason}); "
+        f"remove it or set {key}={accepted!r}"
+    )
+
+
 def _default_callbacks() -> type:
     from rltrainer.algorithms.callbacks import DefaultCallbacks
 
@@ -795,4 +848,4 @@ def _check_schedule(name: str, schedule: PiecewiseSchedule) -> None:
         )
 
 
-__all__ = ["ALIASES", "AlgorithmConfig", "ModelConfig"]
+__all__ = ["ALIASES", "DOCUMENTED_SETTINGS", "AlgorithmConfig", "ModelConfig"]

@@ -426,3 +426,11 @@ def test_a_null_the_live_spec_still_has_a_value_for_is_fine():
     validate_experiment(manifest)  # patched after apply: the live value is what runs
     manifest["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "not json"}
     validate_experiment(manifest)
+
+
+def test_a_documented_setting_rltrainer_cannot_honour_says_why():
+    with pytest.raises(InvalidSpec) as err:
+        validate_experiment(patched({"config": {"horizon": 200}}))
+    assert err.value.field == "spec.config.horizon"
+    assert "max_episode_steps" in str(err.value)
+    validate_experiment(patched({"config": {"create_env_on_driver": True}}))
