@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "-f",
         "--config-file",
-        dest="path",
+        dest="config_file",
         metavar="PATH",
         default=argparse.SUPPRESS,
         help="train the experiment in this YAML file (the same as 'train file PATH')",
@@ -368,6 +368,10 @@ def _train_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any], bool]:
 
     options = vars(args)
     path = options.get("path")
+    if options.get("config_file") is not None:
+        if path is not None:
+            raise UsageError(f"two experiment files: -f {options['config_file']} and file {path}; pass one")
+        path = options["config_file"]
     name, spec = read_experiment_file(path) if path is not None else (None, {})
     algo = options.get("algo") or spec.get("run") or spec.get("algo")
     if not algo:

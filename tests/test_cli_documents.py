@@ -48,8 +48,13 @@ def test_train_dash_f_is_train_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(argv) == 0, capsys.readouterr().err
     assert "stopping when training_iteration >= 1" in capsys.readouterr().out
     assert list((tmp_path / "cartpole-ppo").glob("*/result.json"))  # the file's experiment name
-    both = vars(build_parser().parse_args(["train", "-f", "a.yaml"]))
-    assert both["path"] == vars(build_parser().parse_args(["train", "file", "a.yaml"]))["path"]
+    assert vars(build_parser().parse_args(["train", "-f", "a.yaml"]))["config_file"] == "a.yaml"
+
+
+def test_two_experiment_files_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    yaml_file = str(REPO / "tuned_examples/ppo_cartpole.yaml")
+    assert main(["train", "-f", yaml_file, "file", yaml_file, "--local-dir", str(tmp_path)]) == 2
+    assert "two experiment files: -f" in capsys.readouterr().err
 
 
 def test_checkpoint_flags_map_to_the_config() -> None:
