@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import importlib
 import json
 import logging
 import math
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrainer.storage import Storage, StorageError
+from rltrainer.utils.import_paths import import_object, object_path
 
 
 @functools.cache
@@ -297,11 +297,8 @@ def _logger_class(kind: Any) -> tuple[type, ...]:
         return LOGGER_NAMES[kind]
     cls = kind
     if isinstance(kind, str) and (":" in kind or "." in kind):
-        module_name, _, name = kind.rpartition(":") if ":" in kind else kind.rpartition(".")
         try:
-            cls = importlib.import_module(module_name)
-            for part in name.split("."):
-                cls = getattr(cls, part)
+            cls = import_object(kind)
         except (ImportError, AttributeError, ValueError) as err:
             raise ValueError(f"logger_config type {kind!r} cannot be imported ({err})") from None
     if (
@@ -328,7 +325,7 @@ def logger_config_to_json(config: dict[str, Any]) -> dict[str, Any]:
     """The ``to_dict()`` form: classes as ``"module:qualname"``."""
 
     def name(kind: Any) -> Any:
-        return f"{kind.__module__}:{kind.__qualname__}" if isinstance(kind, type) else kind
+        return object_path(kind) if isinstance(kind, type) else kind
 
     kinds = config.get("type")
     return {**config, "type": [name(k) for k in kinds] if isinstance(kinds, list) else name(kinds)}

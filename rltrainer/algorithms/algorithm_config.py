@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from rltrainer.errors import ConfigError
+from rltrainer.utils.import_paths import object_path
 
 # JSON and YAML give [timestep, value] pairs as lists; strict validation wants tuples.
 PiecewiseSchedule = list[
@@ -483,15 +484,10 @@ class AlgorithmConfig(BaseModel):
             out["lambda"] = out.pop("lambda_")
         out["framework"] = out.pop("framework_str")
         if isinstance(self.env, type):
-            out["env"] = f"{self.env.__module__}:{self.env.__qualname__}"
-        if callable(self.env_task_fn):
-            from rltrainer.env.apis.task_settable_env import env_task_fn_path
-
-            out["env_task_fn"] = env_task_fn_path(self.env_task_fn)
-        if callable(self.custom_evaluation_function):
-            from rltrainer.algorithms.evaluation_loop import function_path
-
-            out["custom_evaluation_function"] = function_path(self.custom_evaluation_function)
+            out["env"] = object_path(self.env)
+        for key in ("env_task_fn", "custom_evaluation_function"):
+            if callable(getattr(self, key)):
+                out[key] = object_path(getattr(self, key))
         from rltrainer.algorithms.callbacks import callbacks_to_json
 
         out["callbacks_class"] = callbacks_to_json(self.callbacks_class)
@@ -501,7 +497,7 @@ class AlgorithmConfig(BaseModel):
             out["logger_config"] = logger_config_to_json(self.logger_config)
         kind = self.exploration_config.get("type")
         if isinstance(kind, type):
-            out["exploration_config"]["type"] = f"{kind.__module__}:{kind.__qualname__}"
+            out["exploration_config"]["type"] = object_path(kind)
         for key in ("observation_space", "action_space"):
             if out[key] is not None:
                 out[key] = space_to_json(out[key])

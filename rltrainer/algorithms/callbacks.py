@@ -23,11 +23,11 @@ for env-runner hooks, the runner.
 from __future__ import annotations
 
 import difflib
-import importlib
 import warnings
 from typing import Any
 
 from rltrainer.errors import CallbackError, ConfigError
+from rltrainer.utils.import_paths import import_object, object_path
 
 #: Every hook rltrainer calls.
 HOOKS: tuple[str, ...] = (
@@ -233,20 +233,14 @@ def callbacks_to_json(value: Any) -> Any:
     """The ``to_dict()`` form: class paths instead of classes."""
     if isinstance(value, list):
         return [callbacks_to_json(item) for item in value]
-    return f"{value.__module__}:{value.__qualname__}"
+    return object_path(value)
 
 
 def _import_class(path: str) -> Any:
-    module_name, sep, name = path.partition(":")
-    if not sep:  # "package.module.Class", RLlib's dotted form
-        module_name, _, name = path.rpartition(".")
     try:
-        obj = importlib.import_module(module_name)
-        for part in name.split("."):
-            obj = getattr(obj, part)
+        return import_object(path)  # "package.module:Class" or RLlib's dotted form
     except (ImportError, AttributeError, ValueError) as err:
         raise ConfigError(f"callbacks: cannot import {path!r} ({err})") from None
-    return obj
 
 
 def _warn_unknown_hooks(cls: type) -> None:

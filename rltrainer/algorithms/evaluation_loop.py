@@ -22,7 +22,6 @@ weights from before that step (so the results lag one update behind, as RLlib's 
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
 import itertools
 import logging
 import threading
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats
 from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.errors import ConfigError
+from rltrainer.utils.import_paths import object_path, resolve_function
 
 if TYPE_CHECKING:
     from rltrainer.algorithms.algorithm import Algorithm
@@ -51,7 +51,7 @@ class Evaluation:
     def __init__(self, algo: Algorithm, placement: Placement | None) -> None:
         self.algo = algo
         self.config = algo.config
-        self.function = resolve_function(self.config.custom_evaluation_function)
+        self.function = resolve_function("custom_evaluation_function", self.config.custom_evaluation_function)
         self.last_results: dict[str, Any] | None = None  # for always_attach_evaluation_results
         self._placement = placement
         self._timestep = 0
@@ -195,7 +195,7 @@ class Evaluation:
             shown = repr(out)
             shown = shown if len(shown) <= 200 else shown[:200] + "..."
             raise ConfigError(
-                f"custom_evaluation_function {function_path(self.function)} must return a dict of "
+                f"custom_evaluation_function {object_path(self.function)} must return a dict of "
                 f"metrics; it returned a {type(out).__name__}: {shown}"
             )
         return dict(out)
@@ -267,48 +267,9 @@ def _sample_for_evaluation(
     )
 
 
-def function_path(fn: Any) -> str:
-    """``"package.module:qualname"`` of a function (what ``AlgorithmConfig.to_dict()`` writes)."""
-    module = getattr(fn, "__module__", None) or type(fn).__module__
-    name = getattr(fn, "__qualname__", None) or f"<{type(fn).__qualname__} object>"
-    return f"{module}:{name}"
-
-
-def resolve_function(spec: Any) -> Callable[..., Any] | None:
-    """The ``custom_evaluation_function`` a setting names (``None`` when unset); ``ConfigError``
-    when a ``"package.module:function"`` name cannot be imported."""
-    if spec is None or callable(spec):
-        return spec
-    module_name, _, qualname = str(spec).partition(":")
-    if "<" in qualname:
-        raise ConfigError(
-            f"custom_evaluation_function {spec!r} names a lambda, a nested function or a callable "
-            "object, which cannot be imported by name: define the function at module level, or pass "
-            "the function itself (e.g. Algorithm.from_checkpoint(path, "
-            "config_overrides={'custom_evaluation_function': fn}))"
-        )
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(
-            f"custom_evaluation_function {spec!r}: cannot import module {module_name!r} ({err})"
-        ) from None
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise ConfigError(
-                f"custom_evaluation_function {spec!r}: module {module_name!r} has no attribute {qualname!r}"
-            )
-    if not callable(obj):
-        raise ConfigError(f"custom_evaluation_function {spec!r} is a {type(obj).__name__}, not a function")
-    return obj
-
-
 __all__ = [
     "AUTO_ROUND_STEPS",
     "Evaluation",
     "ParallelEvaluation",
-    "function_path",
-    "resolve_function",
     "split",
 ]

@@ -8,13 +8,12 @@ returned task differs from ``get_task()``.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
-from rltrainer.errors import ConfigError
+from rltrainer.utils.import_paths import resolve_function
 
 TaskType = Any  # whatever the env understands: an int level, a dict of parameters, ...
 
@@ -65,32 +64,6 @@ def carry_task(old_env: gym.Env, new_env: gym.Env) -> None:
     new.set_task(task)
 
 
-def env_task_fn_path(fn: Any) -> str:
-    """``"package.module:qualname"`` of a function (what ``AlgorithmConfig.to_dict()`` writes)."""
-    module = getattr(fn, "__module__", None) or type(fn).__module__
-    name = getattr(fn, "__qualname__", None) or f"<{type(fn).__qualname__} object>"
-    return f"{module}:{name}"
-
-
 def resolve_env_task_fn(spec: Any) -> EnvTaskFn | None:
     """The function an ``env_task_fn`` setting names (``None`` when unset); raises ``ConfigError``."""
-    if spec is None or callable(spec):
-        return spec
-    module_name, _, qualname = str(spec).partition(":")
-    if "<" in qualname:
-        raise ConfigError(
-            f"env_task_fn {spec!r} names a lambda, a nested function or a callable object, which "
-            "cannot be imported by name: define the function at module level, or pass the function "
-            "itself (e.g. Algorithm.from_checkpoint(path, config_overrides={'env_task_fn': fn}))"
-        )
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(f"env_task_fn {spec!r}: cannot import module {module_name!r} ({err})") from None
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise ConfigError(f"env_task_fn {spec!r}: module {module_name!r} has no attribute {qualname!r}")
-    if not callable(obj):
-        raise ConfigError(f"env_task_fn {spec!r} is a {type(obj).__name__}, not a function")
-    return obj
+    return resolve_function("env_task_fn", spec)
