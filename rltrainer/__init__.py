@@ -10,3 +10,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 __all__ = ["pretty_print"]
 __getattr__ = lazy_exports(__name__, {"pretty_print": "rltrainer.tune.logger"})
+
+# tune.Tuner("PPO", ...) finds our algorithms once ray.tune is imported (rltrainer.tune.registration).
+from rltrainer.tune import registration as _tune_registration  # noqa: E402
+
+_tune_registration.install()

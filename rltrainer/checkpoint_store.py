@@ -68,6 +68,29 @@ class CheckpointInfo:
         return float(saved), self.iteration
 
 
+def checkpoint_uri(checkpoint: Any) -> str:
+    """A checkpoint's path or ``s3://`` URI, from a path, a URI, or Ray Tune's objects: a
+    ``Checkpoint`` (``result.checkpoint``: a path on a pyarrow filesystem) or a training
+    result holding one."""
+    if isinstance(checkpoint, str | Path):
+        return str(checkpoint)
+    checkpoint = getattr(checkpoint, "checkpoint", checkpoint)  # Tune's _TrainingResult
+    path, filesystem = getattr(checkpoint, "path", None), getattr(checkpoint, "filesystem", None)
+    if not isinstance(path, str):
+        raise CheckpointError(
+            f"not a checkpoint: {type(checkpoint).__name__}; pass a checkpoint folder, an s3:// URI "
+            "or a Tune checkpoint (result.checkpoint)"
+        )
+    kind = getattr(filesystem, "type_name", "local")
+    if kind == "s3":
+        return f"s3://{path}"
+    if kind != "local":
+        raise CheckpointError(
+            f"checkpoints on a {kind!r} filesystem are not supported; use a folder or s3://"
+        )
+    return path
+
+
 def upload_checkpoint(local_dir: str | Path, uri: str, options: dict[str, Any] | None = None) -> str:
     """Copy a written checkpoint to ``uri``: its files first, the manifest last."""
     local = Path(local_dir)
@@ -198,6 +221,7 @@ def apply_retention(
 
 
 __all__ = [
+    "checkpoint_uri",
     "CheckpointInfo",
     "StorageError",
     "apply_retention",

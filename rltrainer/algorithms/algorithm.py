@@ -4,6 +4,12 @@ Subclasses set ``config_class`` and ``learner_class`` and implement one hook,
 ``training_step()``: sample, update, sync weights. The base class owns ``train()``
 (repeating the hook to the configured iteration length, collecting metrics, evaluating,
 logging and checkpointing).
+
+Every algorithm is a Ray Tune ``Trainable`` (as RLlib's are), so ``tune.Tuner(PPO, ...)`` runs
+it as trials. Used directly (``config.build()``), it keeps its own contract: ``train()`` writes
+results to its trial folder, ``save()`` returns a path. Created by Tune (which passes
+``storage``), ``train()``/``save()``/``restore()``/``stop()`` follow Tune's contract instead:
+Tune writes the results and owns the checkpoint folders, which hold our pickle-free files.
 """
 
 from __future__ import annotations
@@ -25,14 +31,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from ray.tune import Trainable
+from ray.tune.result import SHOULD_CHECKPOINT, STDERR_FILE, STDOUT_FILE, TRIAL_INFO
 
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.algorithms.callbacks import call_hook, make_callbacks
 from rltrainer.algorithms.evaluation_loop import Evaluation
-from rltrainer.checkpoint_store import apply_retention, open_checkpoint, upload_checkpoint
+from rltrainer.checkpoint_store import apply_retention, checkpoint_uri, open_checkpoint, upload_checkpoint
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
 from rltrainer.core.cluster import algorithm_bundles, init_ray, needs_ray, release, reserve
-from rltrainer.core.learner import Learner
+from rltrainer.core.learner import Learner, make_learner
 from rltrainer.core.learner_group import LearnerGroup
 from rltrainer.env.env_runner import EpisodeStats, Rollout
 from rltrainer.env.env_runner_group import EnvRunnerGroup
@@ -44,6 +52,9 @@ from rltrainer.results import ResultLogger, add_rllib_keys, flatten, perf_metric
 from rltrainer.storage import StorageError, is_remote, join_uri, open_storage, parent_uri
 
 logger = logging.getLogger(__name__)
+
+# What Tune adds to a trial's config for ``Trainable.__init__`` (trial info, log files).
+_TUNE_FIELDS = (TRIAL_INFO, STDOUT_FILE, STDERR_FILE)
 
 
 @dataclasses.dataclass
@@ -57,17 +68,30 @@ class Counters:
     num_env_steps_trained: int = 0
 
 
-class Algorithm:
-    """Base class of all algorithms (RLlib's ``Algorithm`` Training API)."""
+class Algorithm(Trainable):
+    """Base class of all algorithms (RLlib's ``Algorithm`` Training API; a Tune ``Trainable``)."""
 
     config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     learner_class: ClassVar[type[Learner]] = Learner
     policy_class: ClassVar[type[Policy]] = Policy
     """What env runners act with and what builds the learner's module (``config.get_policy_class()``)."""
 
-    def __init__(self, config: AlgorithmConfig | dict | None = None, env: Any = None) -> None:
+    def __init__(
+        self,
+        config: AlgorithmConfig | dict | None = None,
+        env: Any = None,
+        logger_creator: Any = None,  # noqa: ARG002 - RLlib's signature; Tune 2.60 passes none
+        storage: Any = None,
+        **kwargs: Any,  # noqa: ARG002 - what else Tune may pass a Trainable
+    ) -> None:
+        """``config``: this algorithm's config, or a dict of settings (RLlib's keys accepted).
+        ``logger_creator`` and ``storage`` are Tune's: a trial actor gets them from Tune."""
+        tune_fields: dict[str, Any] = {}
         if config is None or isinstance(config, dict):
-            config = self.config_class().update_from_dict(config or {})
+            settings = dict(config or {})
+            # What Tune adds to a trial's config for Trainable (trial info, log files).
+            tune_fields = {key: settings.pop(key) for key in _TUNE_FIELDS if key in settings}
+            config = self.config_class().update_from_dict(settings)
         if not isinstance(config, self.config_class):
             raise ConfigError(
                 f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}"
@@ -75,6 +99,27 @@ class Algorithm:
         if env is not None:
             config.environment(env)
         config.validate()
+        self._under_tune = storage is not None
+        self._built = False
+        try:
+            if self._under_tune:
+                # Tune's bookkeeping (trial info, trial folder, log files); it then calls setup().
+                self._config_to_build = config
+                Trainable.__init__(self, tune_fields, storage=storage)
+            else:
+                self._trial_info = None  # Trainable.trial_id / trial_name then say "default"
+                self.setup(config)
+            call_hook(self.callbacks, "on_algorithm_init", algorithm=self)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def setup(self, config: Any) -> None:
+        """Build the env runners, evaluation runners and learners from ``config`` (Tune's
+        ``Trainable.setup``). Algorithms that need more (e.g. a replay buffer) extend it and
+        call ``super().setup(config)`` first."""
+        if not isinstance(config, AlgorithmConfig):  # Tune passes its own (already consumed) dict
+            config = self._config_to_build
         self.config = config
         self.callbacks = make_callbacks(config.callbacks_class)
         torch.set_num_threads(config.num_cpus_for_main_process)
@@ -82,14 +127,15 @@ class Algorithm:
             random.seed(config.seed)
             np.random.seed(config.seed)
             torch.manual_seed(config.seed)
-        self._trial_uri: str | None = None
+        # Under Tune, results and outputs go to the trial's folder that Tune syncs to its storage.
+        self._trial_uri: str | None = str(self._logdir) if self._under_tune else None
         if config.output is not None:  # "logdir" (the trial folder) and relative paths: the driver's
             config._output_path = resolve_output(config.output, lambda: self.trial_uri)
         # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.
         self._placement = None
         if needs_ray(config):
             init_ray(config)
-            self._placement = reserve(config)
+            self._placement = reserve(config, in_trial=self._under_tune)
         try:
             self.env_runner_group = EnvRunnerGroup(config, self._placement)
             self.workers = self.env_runner_group  # RLlib's older name
@@ -108,7 +154,9 @@ class Algorithm:
             if hasattr(self, "_evaluation"):
                 self._evaluation.stop()
             release(self._placement)
+            self._placement = None
             raise
+        self._built = True
         self.env_runner_group.sync_weights(self.learner_group.get_weights())
         self.counters = Counters()
         self._episodes: deque[EpisodeStats] = deque(maxlen=config.metrics_num_episodes_for_smoothing)
@@ -118,16 +166,6 @@ class Algorithm:
         self._cache_dir: Path | None = None  # local copy of an s3:// trial's result files
         self._result_logger: ResultLogger | None = None
         self._last_result: dict[str, Any] | None = None
-        try:
-            self.setup()
-            call_hook(self.callbacks, "on_algorithm_init", algorithm=self)
-        except BaseException:
-            self.stop()
-            raise
-
-    def setup(self) -> None:
-        """Build what the algorithm needs besides env runners and learners (e.g. a replay
-        buffer); runs at the end of ``__init__``, before ``on_algorithm_init``."""
 
     @classmethod
     def result_keys(cls) -> list[str]:
@@ -162,7 +200,34 @@ class Algorithm:
 
     # --- training ---------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
-        """Run one training iteration; returns a flat dict of metrics (see the README)."""
+        """Run one training iteration; returns a flat dict of metrics (see the README).
+
+        Writes the result to the trial folder and saves every ``checkpoint_frequency``
+        iterations. Under Tune, Tune's ``Trainable.train`` runs ``step()`` and adds its fields.
+        """
+        if self._under_tune:
+            return Trainable.train(self)
+        result = self.step()
+        self._log_result(result)
+        cfg = self.config
+        if cfg.checkpoint_frequency and self.counters.training_iteration % cfg.checkpoint_frequency == 0:
+            try:
+                result["checkpoint_path"] = self.save()
+            except StorageError as err:  # the manifest was not written: no checkpoint, not a broken one
+                logger.warning(
+                    "checkpoint of iteration %d not saved; training goes on and the next checkpoint "
+                    "tries again: %s",
+                    self.counters.training_iteration,
+                    err,
+                )
+        return result
+
+    def step(self) -> dict[str, Any]:
+        """One training iteration: the result, without writing it anywhere (Tune's ``Trainable.step``).
+
+        Under Tune, ``checkpoint_frequency`` asks Tune for a checkpoint (Tune's
+        ``should_checkpoint``), which Tune saves into its trial folder.
+        """
         start = time.perf_counter()
         self._iteration_samples, self._iteration_episodes, self._timers = 0, [], {}
         trained_before = self.counters.num_env_steps_trained
@@ -217,19 +282,27 @@ class Algorithm:
         call_hook(self.callbacks, "on_train_result", algorithm=self, result=result)
         if cfg.env_task_fn is not None:  # curriculum: the next iteration samples on the new tasks
             self.env_runner_group.apply_env_task_fn(result)
-        self._log_result(result)
         self._last_result = result
-        if cfg.checkpoint_frequency and self.counters.training_iteration % cfg.checkpoint_frequency == 0:
-            try:
-                result["checkpoint_path"] = self.save()
-            except StorageError as err:  # the manifest was not written: no checkpoint, not a broken one
-                logger.warning(
-                    "checkpoint of iteration %d not saved; training goes on and the next checkpoint "
-                    "tries again: %s",
-                    self.counters.training_iteration,
-                    err,
-                )
+        if (
+            self._under_tune
+            and cfg.checkpoint_frequency
+            and self.counters.training_iteration % cfg.checkpoint_frequency == 0
+        ):
+            result[SHOULD_CHECKPOINT] = True
         return result
+
+    @property
+    def iteration(self) -> int:
+        """Training iterations completed, restored ones included (Tune's ``Trainable.iteration``)."""
+        return self.counters.training_iteration
+
+    training_iteration = iteration
+
+    def get_auto_filled_metrics(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Tune's fields of a result, with the config as a plain dict (Tune logs it as JSON)."""
+        metrics = Trainable.get_auto_filled_metrics(self, *args, **kwargs)
+        metrics["config"] = self.config.to_dict()
+        return metrics
 
     def evaluate(self, parallel_train_future: Any = None) -> dict[str, Any]:
         """Evaluate the current weights with ``evaluation_config`` applied: ``evaluation_duration``
@@ -306,16 +379,29 @@ class Algorithm:
         return actions, [], runner.policy.extra_fetches(flat, out)
 
     # --- checkpoints ----------------------------------------------------------------------
-    def save(self, checkpoint_dir: str | None = None) -> str:
+    def save(self, checkpoint_dir: str | None = None) -> Any:
         """Write a checkpoint (default: ``<trial_dir>/checkpoint_<iteration>``); returns its path or URI.
 
         An ``s3://`` target is written to a temporary folder, then uploaded: files first,
         manifest last. Saves into the trial folder then apply ``num_to_keep``. Raises
-        ``StorageError`` when the upload fails after retries.
+        ``StorageError`` when the upload fails after retries. Under Tune, Tune's
+        ``Trainable.save`` (Tune's checkpoint folders, holding the files ``save_checkpoint`` writes).
         """
+        if self._under_tune:
+            return Trainable.save(self, checkpoint_dir)
         default = checkpoint_dir is None
         if checkpoint_dir is None:
             checkpoint_dir = join_uri(self.trial_uri, f"checkpoint_{self.counters.training_iteration:06d}")
+        path = self._write_checkpoint(checkpoint_dir)
+        if default and self.config.num_to_keep is not None:
+            self._apply_retention()
+        return path
+
+    def save_checkpoint(self, checkpoint_dir: str) -> str:
+        """Write this algorithm's checkpoint files into ``checkpoint_dir`` (Tune's hook; no pickle)."""
+        return self._write_checkpoint(checkpoint_dir)
+
+    def _write_checkpoint(self, checkpoint_dir: str) -> str:
         state = self.learner_group.get_state()
         metadata = {
             "algorithm": type(self).__name__,
@@ -346,8 +432,6 @@ class Algorithm:
                 path = upload_checkpoint(tmp, checkpoint_dir, self.config.storage_options)
         else:
             path = write_checkpoint(checkpoint_dir, metadata, **files)
-        if default and self.config.num_to_keep is not None:
-            self._apply_retention()
         return path
 
     def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:
@@ -379,13 +463,24 @@ class Algorithm:
 
     save_to_path = save
 
-    def restore(self, checkpoint_path: str) -> None:
+    def restore(self, checkpoint_path: Any) -> None:
         """Load weights, optimizer, filter, counters and learning curve from a checkpoint.
 
-        ``checkpoint_path`` may be ``s3://...``: it is downloaded and verified first.
+        ``checkpoint_path`` may be ``s3://...``: it is downloaded and verified first. Tune's
+        checkpoint objects (a result's ``checkpoint``) are accepted too.
         """
-        with open_checkpoint(checkpoint_path, self.config.storage_options) as checkpoint:
+        if not isinstance(checkpoint_path, str | Path):  # Tune's Checkpoint or training result
+            if self._under_tune:
+                Trainable.restore(self, checkpoint_path)  # Tune's counters, then load_checkpoint()
+                return
+            checkpoint_path = checkpoint_uri(checkpoint_path)
+        with open_checkpoint(str(checkpoint_path), self.config.storage_options) as checkpoint:
             self._restore_from(checkpoint)
+
+    def load_checkpoint(self, checkpoint: Any) -> None:
+        """Restore from a local checkpoint folder (Tune's hook, given the folder Tune fetched)."""
+        with open_checkpoint(str(checkpoint), self.config.storage_options) as opened:
+            self._restore_from(opened)
 
     def resume_from(self, checkpoint_path: str) -> None:
         """Restore a checkpoint of this experiment and keep writing to its trial folder."""
@@ -402,12 +497,14 @@ class Algorithm:
     restore_from_path = restore
 
     @classmethod
-    def from_checkpoint(cls, checkpoint_path: str, config_overrides: dict | None = None) -> Algorithm:
+    def from_checkpoint(cls, checkpoint_path: Any, config_overrides: dict | None = None) -> Algorithm:
         """Rebuild the algorithm a checkpoint was written by, from the checkpoint alone.
 
         ``checkpoint_path`` may be ``s3://...`` (S3 settings: ``config_overrides["storage_options"]``
-        over the AWS environment); it is downloaded and verified first.
+        over the AWS environment); it is downloaded and verified first. A Tune checkpoint
+        (``result_grid.get_best_result(...).checkpoint``) works too, local or on S3.
         """
+        checkpoint_path = checkpoint_uri(checkpoint_path)
         options = (config_overrides or {}).get("storage_options")
         with open_checkpoint(checkpoint_path, options) as checkpoint:
             return cls._build_from(checkpoint, checkpoint_path, config_overrides)
@@ -529,7 +626,18 @@ class Algorithm:
             self._cache_dir = None
 
     def stop(self) -> None:
-        """Release envs, actors, the placement group and open files."""
+        """Release envs, actors, the placement group and open files (under Tune, also Tune's
+        log files: ``Trainable.stop`` calls ``cleanup()``)."""
+        if self._under_tune:
+            Trainable.stop(self)
+        else:
+            self.cleanup()
+
+    def cleanup(self) -> None:
+        """Release envs, actors, the placement group and open files (Tune's hook)."""
+        if not self._built:  # setup() failed part way: it released what it had started
+            return
+        self._built = False
         self.env_runner_group.stop()
         self.learner_group.stop()
         self._evaluation.stop()
@@ -558,18 +666,6 @@ class Algorithm:
 
     def _learner_device(self) -> str:
         return "cuda" if self.config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
-
-
-def make_learner(
-    learner_class: type[Learner],
-    observation_space: Any,
-    action_space: Any,
-    config: AlgorithmConfig,
-    device: str,
-) -> Learner:
-    """A learner with a freshly initialized network (shipped to learner actors by Ray)."""
-    policy = config.get_policy_class()(observation_space, action_space, config)
-    return learner_class(policy.model, policy.dist_class, config, device=device)
 
 
 def episode_metrics(episodes: Any, keep_per_episode_custom_metrics: bool = False) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from rltrainer.errors import ConfigError
+from rltrainer.tune.search_space import candidates, holds_search_space
 from rltrainer.utils.import_paths import object_path
 
 # JSON and YAML give [timestep, value] pairs as lists; strict validation wants tuples.
@@ -35,6 +36,9 @@ PiecewiseSchedule = list[
 ]
 
 # Names the RLlib docs and older tuned examples use for the same settings.
+# Fields whose ``to_dict()`` key differs from the field name.
+_DICT_NAMES = {"lambda_": "lambda", "framework_str": "framework"}
+
 ALIASES: dict[str, str] = {
     "num_workers": "num_env_runners",
     "num_rollout_workers": "num_env_runners",
@@ -408,6 +412,9 @@ class AlgorithmConfig(BaseModel):
     _algo_class: type | None = PrivateAttr(default=None)
     # ``output`` as the driver resolved it ("logdir" -> <trial folder>/output), set by the algorithm.
     _output_path: str | None = PrivateAttr(default=None)
+    # Tune search spaces by field (``training(lr=tune.grid_search([...]))``): ``to_dict()`` hands
+    # them to Tune; the field keeps its value until a trial's config resolves them.
+    _search_space: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def __init__(self, algo_class: type | None = None, **data: Any) -> None:
         super().__init__(**data)
@@ -502,7 +509,14 @@ class AlgorithmConfig(BaseModel):
             if out[key] is not None:
                 out[key] = space_to_json(out[key])
         out["lr"] = self.lr if isinstance(self.lr, float) else [list(p) for p in self.lr]
+        for key, space in self._search_space.items():
+            out[_DICT_NAMES.get(key, key)] = space
         return out
+
+    @property
+    def search_space(self) -> dict[str, Any]:
+        """The settings given as Tune search spaces (empty: a plain config, ``build()`` works)."""
+        return dict(self._search_space)
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> AlgorithmConfig:
@@ -577,6 +591,12 @@ class AlgorithmConfig(BaseModel):
 
     def validate(self) -> None:  # type: ignore[override]
         """Check settings that depend on each other; raises ``ConfigError`` saying what to change."""
+        if self._search_space:
+            raise ConfigError(
+                f"{', '.join(sorted(self._search_space))}: search spaces are resolved by Ray Tune; run "
+                f'this config with tune.Tuner("{self.ALGORITHM or "PPO"}", param_space=config) or '
+                "`rltrainer train`, which runs a sweep"
+            )
         if self.env is None:
             raise ConfigError("no env set: call .environment('CartPole-v1') (or another env)")
         if isinstance(self.lr, list):
@@ -646,6 +666,10 @@ class AlgorithmConfig(BaseModel):
                 raise ConfigError(
                     f"{section}(): unknown key '{key}'{suggestion}; allowed: {', '.join(allowed)}"
                 )
+            if holds_search_space(value):
+                self._set_search_space(section, key, value, allowed)
+                continue
+            self._search_space.pop(key, None)
             if key == "model":
                 value = self._merged_model(value)
             if key == "exploration_config":
@@ -669,6 +693,21 @@ class AlgorithmConfig(BaseModel):
 
             set_log_level(self.log_level)
         return self
+
+    def _set_search_space(self, section: str, key: str, space: Any, allowed: tuple[str, ...]) -> None:
+        """Keep a Tune search space for ``key`` once every value it can take is valid here."""
+        for candidate in candidates(space):
+            try:
+                self.copy()._update(section, {key: candidate}, allowed)
+            except ConfigError as err:
+                detail = str(err).removeprefix(f"{section}(): ")
+                raise ConfigError(
+                    f"{section}(): the search space of '{key}' can take {candidate!r}, which is not "
+                    f"allowed: {detail}"
+                ) from None
+        if key == "model":  # Tune resolves the nested spaces inside the full model dict
+            space = {**self.model.model_dump(), **space}
+        self._search_space[key] = space
 
     def _suggestion(self, key: str, allowed: tuple[str, ...]) -> str:
         """Where an unknown key belongs: another builder method's field (or RLlib's older name

@@ -5,7 +5,7 @@ then one per evaluation env runner, each actor pinned to its bundle. The driver 
 calling process, not an actor, so a standalone algorithm reserves nothing for it (two
 algorithms fit side by side on a laptop);
 Tune, which starts the driver as a trial actor, gets a driver bundle first from
-``Algorithm.default_resource_request``. Learner bundles carry
+``Algorithm.default_resource_request``, and the trial's actors use that group. Learner bundles carry
 ``custom_resources_per_learner`` and env-runner bundles ``custom_resources_per_env_runner``,
 so on a cluster whose learner nodes advertise e.g. ``{"rltrainer_learner": 1}`` and rollout
 nodes ``{"rltrainer_rollout": 4}`` every actor lands on the right kind of node.
@@ -32,6 +32,7 @@ class Placement:
     group: Any  # ray.util.placement_group.PlacementGroup
     num_learners: int
     first_actor_bundle: int = 0  # 1 when bundle 0 is the driver's (a Tune trial's group)
+    owned: bool = True  # False: Tune's trial group, which Tune removes
 
     def learner_bundle(self, index: int) -> int:
         return self.first_actor_bundle + index
@@ -135,14 +136,25 @@ def init_ray(config: Any) -> None:
     logger.info("started a local Ray instance for %s", bundles)
 
 
-def reserve(config: Any) -> Placement:
+def reserve(config: Any, in_trial: bool = False) -> Placement:
     """Reserve the placement group of the algorithm's actors, or fail saying what was asked and
-    what exists."""
+    what exists.
+
+    ``in_trial``: the algorithm is a Tune trial, whose group Tune reserved from
+    ``default_resource_request`` (driver bundle first, then the actors'): the actors use it.
+    A trial given other resources (``tune.with_resources``) reserves its own group.
+    """
     import ray
     from ray.exceptions import GetTimeoutError
+    from ray.util import get_current_placement_group
     from ray.util.placement_group import placement_group, remove_placement_group
 
     bundles = actor_bundles(config)
+    if in_trial:
+        group = get_current_placement_group()
+        if group is not None and group.bundle_specs[1:] == bundles:
+            return Placement(group=group, num_learners=config.num_learners, first_actor_bundle=1, owned=False)
+        logger.info("this trial's resources are not the algorithm's bundles; reserving its own group")
     group = placement_group(bundles, strategy=config.placement_strategy)
     try:
         ray.get(group.ready(), timeout=config.placement_timeout_s)
@@ -158,7 +170,7 @@ def reserve(config: Any) -> Placement:
 
 
 def release(placement: Placement | None) -> None:
-    if placement is None:
+    if placement is None or not placement.owned:
         return
     import ray
     from ray.util.placement_group import remove_placement_group

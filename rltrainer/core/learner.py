@@ -141,3 +141,15 @@ class Learner:
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         pass
+
+
+def make_learner(
+    learner_class: type[Learner],
+    observation_space: Any,
+    action_space: Any,
+    config: Any,
+    device: str,
+) -> Learner:
+    """A learner with a freshly initialized network (shipped to learner actors by Ray)."""
+    policy = config.get_policy_class()(observation_space, action_space, config)
+    return learner_class(policy.model, policy.dist_class, config, device=device)

@@ -1,4 +1,5 @@
-"""Ray Tune's import paths the documents use with rltrainer (``rltrainer.tune.logger.pretty_print``).
+"""rltrainer with Ray Tune: Tune's import paths the documents use (``rltrainer.tune.logger.pretty_print``),
+the registration of our algorithms by name (``registration``) and sweeps from the CLI (``sweep``).
 
-Only the mirror paths live here; this package never imports ``ray.tune``.
+Importing this package does not import ``ray.tune``.
 """

@@ -8,6 +8,8 @@ for (updating priorities); then sync the acting weights to the env runners.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from gymnasium import spaces
 
@@ -28,7 +30,8 @@ BUFFER_FILE = "replay_buffer.npz"
 class OffPolicyAlgorithm(Algorithm):
     """Replay-based training step; subclasses set the learner (the losses) and policy."""
 
-    def setup(self) -> None:
+    def setup(self, config: Any) -> None:
+        super().setup(config)
         cfg = self.config
         policy = self.get_policy()
         box = isinstance(self.action_space, spaces.Box)
