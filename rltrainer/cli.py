@@ -309,11 +309,14 @@ def _train(args: argparse.Namespace) -> int:
     from rltrainer.experiment import INTERRUPTED, resolve_stop, run_experiment
 
     config, stop, stop_is_default = _train_setup(args)
+    options = vars(args)
+    sweep_asked = options.get("num_samples", 1) > 1 or options.get("scheduler", "fifo") != "fifo"
+    if config.search_space or sweep_asked:
+        return _sweep(config, stop, options)
     stop = resolve_stop(stop, config.algo_class)
     criteria = " or ".join(f"{key} >= {value}" for key, value in stop.items()) or "never (Ctrl-C ends it)"
     intro = f"training {config.algo_class.__name__} on {config.env_name}; stopping when {criteria}"
     intro += " (the default; set --stop)" if stop_is_default else ""
-    options = vars(args)
     resume, resume_from = _resume_options(options, config.algo_class.__name__)
     tty = sys.stdout.isatty()
     reporter = ProgressReporter(sys.stdout, tty=tty, intro=intro, restore=options.get("restore"))
@@ -323,6 +326,54 @@ def _train(args: argparse.Namespace) -> int:
         print(f"rltrainer: interrupted after {result.iterations} iteration(s)", file=sys.stderr, flush=True)
     _print_summary(result, stop)
     return EXIT_INTERRUPTED if result.stopped_by == INTERRUPTED else 0
+
+
+def _sweep(config: Any, stop: dict[str, Any], options: dict[str, Any]) -> int:
+    """Run a Tune sweep (the config holds search spaces, or --num-samples/--scheduler ask)."""
+    from rltrainer.tune.sweep_settings import SweepSettings, check_sweep
+
+    for flag in ("restore", "resume_from"):
+        if options.get(flag):
+            raise UsageError(
+                f"--{flag.replace('_', '-')} continues one trial; a sweep continues with --resume"
+            )
+    settings = SweepSettings(
+        num_samples=options.get("num_samples", 1),
+        max_concurrent_trials=options.get("max_concurrent_trials"),
+        scheduler=options.get("scheduler", "fifo"),
+        scheduler_config=_json_dict("--scheduler-config", options.get("scheduler_config", "{}")),
+        metric=options.get("metric", "episode_return_mean"),
+        mode=options.get("mode", "max"),
+    )
+    check_sweep(config, stop, settings)  # bad input: one line before Ray starts
+    spaces = ", ".join(sorted(config.search_space)) or "none"
+    print(
+        f"sweeping {config.algo_class.__name__} on {config.env_name} with Ray Tune: search spaces: "
+        f"{spaces}; {settings.num_samples} sample(s); scheduler {settings.scheduler}",
+        flush=True,
+    )
+    from rltrainer.tune.sweep import run_sweep  # imports Ray Tune
+
+    with ray_session(options):
+        result = run_sweep(config, stop, settings, resume=options.get("resume", False))
+    states = ", ".join(f"{count} {state}" for state, count in sorted(result.trials.items()))
+    print(f"trials: {states}")
+    for error in result.errors:
+        print(f"  error: {error}")
+    if result.best_trial is not None:
+        metric = f"{result.best_metric:.2f}" if result.best_metric is not None else "n/a"
+        print(f"best trial: {result.best_trial} ({settings.metric} {metric})")
+        searched = (
+            {key: result.best_config.get(key) for key in config.search_space} if result.best_config else {}
+        )
+        if searched:
+            print(f"best config: {json.dumps(searched, default=str)}")
+    print(f"results: {result.experiment_path}")
+    if result.best_checkpoint is not None:
+        print(f"best checkpoint: {result.best_checkpoint}")
+        print(f"evaluate it with: rltrainer evaluate {shlex.quote(result.best_checkpoint)}")
+    sys.stdout.flush()
+    return 1 if result.errors else 0
 
 
 def _resume_options(options: dict[str, Any], algo: str) -> tuple[bool, str | None]:

@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-TUNE_ISSUE = "rltrainer runs one trial per command; Tune's trial search is issue #20, not landed yet"
 TORCH_ONLY = "rltrainer is torch only (drop the flag, or pass --framework torch)"
 NOTHING = argparse.SUPPRESS
 
@@ -83,25 +82,45 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
         help="continue training from CHECKPOINT, writing on into its trial folder "
         "(= --resume --resume-from CHECKPOINT)",
     )
-    add(
+    sweep = parser.add_argument_group(
+        "sweeps (Ray Tune)",
+        "a config holding grid_search values, --num-samples N or --scheduler runs a Tune sweep",
+    )
+    sweep.add_argument(
         "--num-samples",
         metavar="N",
-        action=Refused,
-        nargs=None,
-        accept=lambda value: value == "1",
-        why=TUNE_ISSUE,
-        help="accepted when 1; more samples are refused (Tune, issue #20)",
+        type=positive_int,
+        default=NOTHING,
+        help="samples of the search space (default 1)",
     )
-    add(
+    sweep.add_argument(
+        "--max-concurrent-trials",
+        metavar="N",
+        type=positive_int,
+        default=NOTHING,
+        help="trials running at once (default: as resources allow)",
+    )
+    sweep.add_argument(
         "--scheduler",
-        metavar="FIFO",
-        action=Refused,
-        nargs=None,
-        accept=lambda value: value.upper() == "FIFO",
-        why=TUNE_ISSUE,
-        help="accepted when FIFO; trial schedulers are refused (Tune, issue #20)",
+        metavar="{fifo,asha,pbt}",
+        type=str.lower,
+        default=NOTHING,
+        help="trial scheduler: asha stops bad trials early, pbt copies good ones (default fifo)",
     )
-    add("--scheduler-config", metavar="JSON", action=Refused, nargs=None, why=TUNE_ISSUE, help="refused")
+    sweep.add_argument(
+        "--scheduler-config",
+        metavar="JSON",
+        default=NOTHING,
+        help="the scheduler's settings, e.g. '{\"max_t\": 50}'",
+    )
+    sweep.add_argument(
+        "--metric",
+        default=NOTHING,
+        help="what the scheduler and the best trial go by (default episode_return_mean)",
+    )
+    sweep.add_argument(
+        "--mode", choices=("max", "min"), default=NOTHING, help="maximize or minimize --metric (default max)"
+    )
     add(
         "--resources-per-trial",
         metavar="JSON",
