@@ -50,6 +50,8 @@ PRINTER_COLUMNS = [
     {"name": "Iteration", "type": "integer", "jsonPath": ".status.iteration"},
     {"name": "Return", "type": "number", "jsonPath": ".status.episodeReturnMean"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    # A sweep's best value of spec.tune.metric so far (kubectl get -o wide).
+    {"name": "Best", "type": "number", "jsonPath": ".status.bestMetric", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from rltrainer.algorithms.registry import ALGORITHMS
+from rltrainer.tune.sweep_settings import SCHEDULERS
 
 GROUP = "rltrainer.io"
 VERSION = "v1alpha1"
@@ -257,6 +258,33 @@ class RayAuth(_Model):
     in a Secret ``<cluster>-ray-token`` owned by the experiment; disabled: for older images."""
 
 
+class Sweep(_Model):
+    """How a sweep runs (Ray Tune, as ``rltrainer train`` runs it): the trials come from the search
+    spaces in ``config`` (``lr: {grid_search: [0.001, 0.0001]}``) times ``numSamples``; the whole
+    sweep is one Ray job, and a restart continues it (Tune's experiment restore from S3)."""
+
+    numSamples: int = Field(default=1, ge=1, le=10000)
+    """Samples of the search space (each grid combination runs this many times)."""
+    maxConcurrentTrials: int | None = Field(default=None, ge=1, le=1024)
+    """Trials running at once; the Ray cluster is sized for this many (all trials when empty)."""
+    scheduler: str = Field(default="fifo", json_schema_extra={"enum": list(SCHEDULERS)})
+    """fifo runs every trial to its stop criteria; asha stops bad trials early; pbt copies good ones."""
+    schedulerConfig: dict[str, Any] = Field(default_factory=dict)
+    """The scheduler's settings (asha: max_t, grace_period, reduction_factor; pbt:
+    hyperparam_mutations, perturbation_interval, quantile_fraction, resample_probability, synch)."""
+    metric: str = Field(default="episode_return_mean", min_length=1, max_length=253)
+    """The result key the scheduler and the best trial go by."""
+    mode: Literal["max", "min"] = "max"
+    """Whether ``metric`` is maximized or minimized."""
+
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, scheduler: str) -> str:
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"unknown scheduler {scheduler!r}; allowed: {', '.join(SCHEDULERS)}")
+        return scheduler
+
+
 class ExperimentSpec(_Model):
     """What to train, on which cluster shape, with what durability."""
 
@@ -307,6 +335,8 @@ class ExperimentSpec(_Model):
     """Delete the Ray cluster when the experiment finishes."""
     suspend: bool = False
     """true: stop the job and delete the cluster; false again: resume from the newest checkpoint."""
+    tune: Sweep | None = None
+    """Run a sweep (also implied by search spaces in ``config``): trials, scheduler, metric."""
 
     @field_validator("algorithm")
     @classmethod
@@ -356,6 +386,21 @@ class Condition(_Model):
     """The spec generation this condition was computed from."""
 
 
+class TrialCounts(_Model):
+    """A sweep's trials by state (Ray Tune's PENDING, RUNNING, PAUSED, TERMINATED, ERROR)."""
+
+    pending: int = Field(default=0, ge=0)
+    """Trials waiting for resources."""
+    running: int = Field(default=0, ge=0)
+    """Trials training now."""
+    paused: int = Field(default=0, ge=0)
+    """Trials paused by the scheduler (PBT, ASHA)."""
+    terminated: int = Field(default=0, ge=0)
+    """Trials that finished (their stop criteria, or stopped early by the scheduler)."""
+    errored: int = Field(default=0, ge=0)
+    """Trials that failed."""
+
+
 class ExperimentStatus(_Model):
     """What the operator observed; written only by the operator (status subresource)."""
 
@@ -397,6 +442,14 @@ class ExperimentStatus(_Model):
     """When it Succeeded or Failed (RFC 3339)."""
     nextAttemptTime: str | None = None
     """While Restarting: when the next attempt starts (exponential backoff)."""
+    trials: TrialCounts | None = None
+    """A sweep's trials by state (the driver's latest count)."""
+    bestTrial: str | None = None
+    """A sweep's best trial so far by ``spec.tune.metric``."""
+    bestMetric: float | None = None
+    """The best trial's value of ``spec.tune.metric``."""
+    bestCheckpoint: str | None = None
+    """The best trial's newest checkpoint (s3:// URI)."""
 
 
 class RLExperiment(_Model):

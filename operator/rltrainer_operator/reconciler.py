@@ -45,6 +45,7 @@ from rltrainer_operator.models import (
     ExperimentSpec,
     ExperimentStatus,
     Phase,
+    TrialCounts,
 )
 from rltrainer_operator.ray_jobs import (
     JobInfo,
@@ -54,6 +55,7 @@ from rltrainer_operator.ray_jobs import (
     RayUnreachableError,
 )
 from rltrainer_operator.settings import Settings
+from rltrainer_operator.sweep import is_sweep
 from rltrainer_operator.validation import InvalidSpec, validate_experiment
 
 logger = logging.getLogger(__name__)
@@ -410,7 +412,12 @@ class _Step:
         self._rescale(cluster, job)
 
     def _rescale(self, cluster: dict[str, Any], job: JobInfo) -> None:
-        """Live scaling: patch the rollout group, then restart the driver on the new shape."""
+        """Live scaling: patch the rollout group, then restart the driver on the new shape.
+
+        Not for a sweep: Tune restores its trials with the resources they started with, so a
+        sweep keeps its cluster's shape until it is recreated (README, "Sweeps")."""
+        if is_sweep(self.spec):
+            return
         wanted = self.spec.rollouts.replicas
         current = worker_replicas(cluster).get(ROLLOUTS_GROUP)
         if current is None or current == wanted:
@@ -513,6 +520,24 @@ class _Step:
         self.status.lastCheckpoint = progress.get("last_checkpoint") or self.status.lastCheckpoint
         self._count_env_runner_restarts(progress.get("num_env_runner_restarts"))
         self.status.healthyEnvRunners = progress.get("num_healthy_env_runners")
+        if progress.get("sweep") is True:
+            self._mirror_sweep(progress)
+
+    def _mirror_sweep(self, progress: dict[str, Any]) -> None:
+        """A sweep's ``progress.json`` (``rltrainer.tune.sweep.SweepProgress``): trials by state,
+        the best trial, its metric and checkpoint. A best trial is kept until the driver names
+        one again (a resumed driver has seen no result yet)."""
+        states = progress.get("trials") if isinstance(progress.get("trials"), dict) else {}
+        counts = {name: int(states.get(state) or 0) for state, name in _TRIAL_STATES.items()}
+        self.status.trials = TrialCounts(**counts)
+        best = progress.get("best_trial")
+        if best:
+            same = best == self.status.bestTrial
+            metric = progress.get("best_metric")
+            self.status.bestTrial = str(best)
+            self.status.bestMetric = float(metric) if isinstance(metric, int | float) else None
+            kept = self.status.bestCheckpoint if same else None
+            self.status.bestCheckpoint = progress.get("best_checkpoint") or kept
 
     def _count_env_runner_restarts(self, driver_count: int | None) -> None:
         """Add the driver's new env-runner restarts to the experiment's total.
@@ -530,6 +555,16 @@ class _Step:
         increase = driver_count - last if driver_count >= last else driver_count
         self.status.envRunnerRestarts = (self.status.envRunnerRestarts or 0) + increase
         self.status.driverEnvRunnerRestarts = driver_count
+
+
+#: Ray Tune's trial states -> the status's ``trials`` fields.
+_TRIAL_STATES = {
+    "PENDING": "pending",
+    "RUNNING": "running",
+    "PAUSED": "paused",
+    "TERMINATED": "terminated",
+    "ERROR": "errored",
+}
 
 
 def _attempt_of(submission_id: str | None) -> int:

@@ -3,7 +3,9 @@
 ``validate_experiment`` parses the body with the pydantic models (the same rules the CRD's
 schema gives the API server) and then checks with rltrainer itself: the algorithm's ``config``
 keys and values, the ``stop`` keys, and that ``config`` leaves alone what the spec owns
-(replicas, resources, storage, checkpointing, fault tolerance, the env), and that
+(replicas, resources, storage, checkpointing, fault tolerance, the env), that a sweep (search
+spaces in ``config``, or ``spec.tune``) is one the driver can run (rltrainer's ``check_sweep``:
+the metric, the scheduler's settings, PBT mutations), and that
 ``rayAuth.mode: token`` has a Ray that supports it. Every problem is an
 ``InvalidSpec`` naming the field. Pure: no API calls, and nothing from the trainer image is
 imported (a custom exploration class is checked by the driver, where it lives).
@@ -15,15 +17,18 @@ import difflib
 import json
 import logging
 import math
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from rltrainer.algorithms.algorithm_config import ALIASES, DOCUMENTED_SETTINGS
+from rltrainer.algorithms.algorithm_config import ALIASES, DOCUMENTED_SETTINGS, AlgorithmConfig
 from rltrainer.algorithms.registry import get_config_class
 from rltrainer.errors import ConfigError
+from rltrainer.tune.search_space import candidates, holds_search_space
+from rltrainer.tune.sweep_settings import SCHEDULER_SETTINGS, check_sweep
 from rltrainer_operator.models import (
     NAME_PATTERN,
     QUANTITY_PATTERN,
@@ -35,6 +40,7 @@ from rltrainer_operator.models import (
     RLExperiment,
     field_path,
 )
+from rltrainer_operator.sweep import is_sweep, searched_config, sweep_settings
 
 #: Config keys (rltrainer's names; RLlib's older aliases map onto them) that the spec sets.
 OWNED_CONFIG_KEYS: dict[str, str] = {
@@ -97,14 +103,16 @@ def validate_experiment(body: Mapping[str, Any]) -> RLExperiment:
     _check_dropped_nulls(body)
     _check_json("spec.envConfig", spec.envConfig)
     _check_json("spec.config", spec.config)
-    _check_config(spec)
+    config = _check_config(spec)
     _check_stop(spec)
+    _check_sweep(spec, config)
     _check_ray_auth(spec)
     return experiment
 
 
-def _check_config(spec: ExperimentSpec) -> None:
-    """Each ``config`` key through rltrainer's own validation, then the config as a whole."""
+def _check_config(spec: ExperimentSpec) -> AlgorithmConfig:
+    """Each ``config`` key through rltrainer's own validation, then the config as a whole (for a
+    sweep, once per value its search spaces can take). Returns the config, search spaces kept."""
     config = get_config_class(spec.algorithm)()
     fields = type(config).model_fields
     with _logger_level_kept():  # setting log_level changes the process's rltrainer logger
@@ -115,12 +123,7 @@ def _check_config(spec: ExperimentSpec) -> None:
                 alias = f" (RLlib's name for {name})" if name != key else ""
                 raise InvalidSpec(path, f"is set by {OWNED_CONFIG_KEYS[name]}{alias}: remove it from config")
             if name not in fields and name not in DOCUMENTED_SETTINGS:  # those say why themselves
-                allowed = sorted(set(fields) - set(OWNED_CONFIG_KEYS) - {"framework_str"})
-                hint = difflib.get_close_matches(key, allowed, n=1)
-                suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-                raise InvalidSpec(
-                    path, f"unknown {spec.algorithm} config key{suggestion}; allowed: {', '.join(allowed)}"
-                )
+                raise InvalidSpec(path, _unknown_key(spec.algorithm, key, fields))
             if _names_a_class_in_the_image(name, value):
                 continue
             try:
@@ -129,15 +132,116 @@ def _check_config(spec: ExperimentSpec) -> None:
                 raise InvalidSpec(path, _without_section(str(err))) from None
         try:
             config.environment(env=spec.env, env_config=spec.envConfig)
-            config.validate()
         except ConfigError as err:
             raise InvalidSpec("spec.config", _without_section(str(err))) from None
+        if not config.search_space:
+            _check_whole_config(config, "")
+        else:
+            for trial, where in _trial_configs(spec):
+                _check_whole_config(trial, where)
+    return config
+
+
+def _unknown_key(algorithm: str, key: str, fields: Mapping[str, Any]) -> str:
+    allowed = sorted(set(fields) - set(OWNED_CONFIG_KEYS) - {"framework_str"})
+    hint = difflib.get_close_matches(key, allowed, n=1)
+    suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+    return f"unknown {algorithm} config key{suggestion}; allowed: {', '.join(allowed)}"
+
+
+def _check_whole_config(config: AlgorithmConfig, where: str) -> None:
+    """``validate()`` (settings that depend on each other), and no evaluation env runners."""
+    try:
+        config.validate()
+    except ConfigError as err:
+        raise InvalidSpec("spec.config", _without_section(str(err)) + where) from None
     if config.evaluation_num_env_runners:
         raise InvalidSpec(
             "spec.config.evaluation_num_env_runners",
             "the operator provisions no pods for evaluation env runners: leave it 0 (evaluation "
-            "then runs in the driver, evaluation_interval and evaluation_duration still apply)",
+            "then runs in the driver, evaluation_interval and evaluation_duration still apply)" + where,
         )
+
+
+def _trial_configs(spec: ExperimentSpec) -> Iterator[tuple[AlgorithmConfig, str]]:
+    """A sweep's configs as its trials get them, each with `` (in the trial with ...)``: every
+    search space at its first value, then each other value of each with the rest at their first
+    (a grid's every value, a range's bounds; the cross-field checks a trial's driver would fail)."""
+    searched = {k: v for k, v in searched_config(spec).items() if holds_search_space(v)}
+    options = {key: candidates(value) for key, value in searched.items()}
+    firsts = {key: values[0] for key, values in options.items() if values}
+    variants = [firsts] + [{**firsts, key: value} for key, values in options.items() for value in values[1:]]
+    plain = {
+        key: value
+        for key, value in spec.config.items()
+        if key not in searched and not _names_a_class_in_the_image(ALIASES.get(key, key), value)
+    }
+    for values in variants:
+        config = get_config_class(spec.algorithm)()
+        where = ", ".join(f"{key}={value!r}" for key, value in values.items())
+        where = f" (in the trial with {where})" if where else ""
+        settings = {key: value for key, value in values.items() if key != "env_config"}
+        try:
+            config.update_from_dict({**plain, **settings})
+            config.environment(env=spec.env, env_config=values.get("env_config", spec.envConfig))
+        except ConfigError as err:
+            raise InvalidSpec("spec.config", _without_section(str(err)) + where) from None
+        yield config, where
+
+
+def _check_sweep(spec: ExperimentSpec, config: AlgorithmConfig) -> None:
+    """A sweep's settings through rltrainer's ``check_sweep`` (what the driver checks before any
+    trial starts): the metric, the scheduler's settings, PBT's mutations."""
+    if not is_sweep(spec):
+        if spec.tune is not None:
+            raise InvalidSpec(
+                "spec.tune",
+                "makes no sweep: a sweep needs search spaces in spec.config (e.g. lr: {grid_search: "
+                "[0.001, 0.0001]}), numSamples > 1 or a scheduler (asha, pbt); remove spec.tune for one run",
+            )
+        return
+    settings = sweep_settings(spec)
+    mutations = settings.scheduler_config.get("hyperparam_mutations")
+    fields = type(config).model_fields
+    for key in mutations if isinstance(mutations, dict) else {}:
+        path, name = f"spec.tune.schedulerConfig.hyperparam_mutations.{key}", ALIASES.get(key, key)
+        if name in OWNED_CONFIG_KEYS:
+            raise InvalidSpec(path, f"is set by {OWNED_CONFIG_KEYS[name]}: trials cannot change it")
+        if name not in fields:
+            raise InvalidSpec(path, _unknown_key(spec.algorithm, key, fields))
+    try:
+        with _logger_level_kept():
+            check_sweep(config, dict(spec.stop), settings)
+    except ConfigError as err:
+        raise _sweep_error(str(err), settings.scheduler, settings.scheduler_config) from None
+
+
+#: ``check_sweep``'s messages -> the spec field they are about.
+_MUTATION = re.compile(r"^pbt scheduler: hyperparam_mutations\[(?P<key>'[^']*'|\"[^\"]*\")\]: (?P<rest>.*)$")
+_SWEEP_FIELDS = (
+    ("unknown metric", "spec.tune.metric"),
+    ("num_samples", "spec.tune.numSamples"),
+    ("max_concurrent_trials", "spec.tune.maxConcurrentTrials"),
+    ("unknown scheduler", "spec.tune.scheduler"),
+    ("mode", "spec.tune.mode"),
+    ("pbt scheduler: set hyperparam_mutations", "spec.tune.schedulerConfig.hyperparam_mutations"),
+)
+
+
+def _sweep_error(message: str, scheduler: str, scheduler_config: Mapping[str, Any]) -> InvalidSpec:
+    """``check_sweep``'s ``ConfigError`` as an ``InvalidSpec`` naming the field."""
+    match = _MUTATION.match(message)
+    if match:
+        key = match.group("key")[1:-1]
+        field = f"spec.tune.schedulerConfig.hyperparam_mutations.{key}"
+        return InvalidSpec(field, _without_section(match.group("rest")))
+    unknown = sorted(set(scheduler_config) - set(SCHEDULER_SETTINGS.get(scheduler, {})))
+    if unknown and message.startswith(f"{scheduler} scheduler: unknown setting"):
+        return InvalidSpec(f"spec.tune.schedulerConfig.{unknown[0]}", message)
+    for prefix, field in _SWEEP_FIELDS:
+        if message.startswith(prefix):
+            return InvalidSpec(field, message)
+    return InvalidSpec("spec.tune", message)
 
 
 def _check_stop(spec: ExperimentSpec) -> None:

@@ -2,7 +2,7 @@
 
 All are marked ``e2e``. A plain ``pytest`` (``make test``) runs only those marked
 ``in_make_test``: the journey (about 2 minutes) and the harness's unit tests; ``make e2e`` runs
-them all (5-7 minutes on 2 cores); ``pytest -m "not e2e"`` leaves every one out.
+them all (8-10 minutes on 2 cores); ``pytest -m "not e2e"`` leaves every one out.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ def pytest_collection_modifyitems(config, items):
         or any("e2e" in str(arg) for arg in config.args)
         or os.environ.get("RLTRAINER_E2E") == "1"
     )
-    skip = pytest.mark.skip(reason="end to end, 5-7 min in all: make e2e (or pytest -m e2e, RLTRAINER_E2E=1)")
+    skip = pytest.mark.skip(
+        reason="end to end, 8-10 min in all: make e2e (or pytest -m e2e, RLTRAINER_E2E=1)"
+    )
     for item in items:
         if "/e2e/" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)

@@ -25,6 +25,7 @@ import kubernetes
 import pytest
 
 from rltrainer_operator.builders.naming import raycluster_name
+from rltrainer_operator.builders.raycluster import worker_replicas
 from rltrainer_operator.settings import Settings
 from rltrainer_operator.testing.local_stack import FAKE_CREDENTIALS, REGION, LocalStack
 from rltrainer_operator.testing.runner import OperatorRunner
@@ -116,7 +117,7 @@ class Platform:
 
     def log(self, name: str, namespace: str, status: dict[str, Any]) -> None:
         """Print each new phase/iteration/restart count: the journey's timeline in the test output."""
-        keys = ("phase", "iteration", "episodeReturnMean", "restarts", "envRunnerRestarts", "jobId")
+        keys = ("phase", "iteration", "episodeReturnMean", "restarts", "envRunnerRestarts", "jobId", "trials")
         seen = tuple(status.get(key) for key in keys)
         if self._last.get((namespace, name)) != seen:
             self._last[(namespace, name)] = seen
@@ -392,3 +393,108 @@ def test_side_by_side_suspend_resume_and_delete(platform):
     beta_iterations = checkpoint_iterations(f"s3://{BUCKET}/small/beta/{name}")
     assert beta_iterations and beta_iterations[-1] < 1000
     wait_for("alpha's processes gone", lambda: not platform.kuberay.processes("alpha", cluster), 60)
+
+
+def s3_objects(stack: LocalStack, prefix: str) -> dict[str, float]:
+    """``{key: last modified (epoch s)}`` of the objects under ``prefix`` in the bucket."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=stack.s3_endpoint, region_name=REGION)
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return {
+        item["Key"]: item["LastModified"].timestamp() for page in pages for item in page.get("Contents", [])
+    }
+
+
+def snapshot_after_checkpoints(stack: LocalStack, prefix: str, trials: int, checkpoint: str) -> bool:
+    """Whether Tune's experiment snapshot on S3 (``experiment_state-*.json``) was written after
+    every trial's ``checkpoint`` (so a restore finds them all)."""
+    objects = s3_objects(stack, prefix)
+    manifests = [t for key, t in objects.items() if key.endswith(f"/{checkpoint}/rltrainer_checkpoint.json")]
+    snapshots = [t for key, t in objects.items() if "/experiment_state-" in key]
+    return len(manifests) == trials and bool(snapshots) and max(snapshots) > max(manifests)
+
+
+@pytest.mark.timeout(900)
+def test_a_sweep_survives_the_head_and_resumes(platform):
+    """A 2-trial grid as one RLExperiment: both trials at once, the head lost mid-sweep, the
+    sweep restored from S3 (each trial from its checkpoint), the best checkpoint evaluated."""
+    ns, name = "sweeps", "grid"
+    cluster = raycluster_name(name)
+    platform.credentials_secret(ns)
+    stop = 30
+    platform.apply(
+        name,
+        ns,
+        {
+            "algorithm": "PPO",
+            "env": "CartPole-v1",
+            "config": {
+                "lr": {"grid_search": [0.001, 0.0003]},
+                "train_batch_size": 256,
+                "minibatch_size": 128,
+                "num_epochs": 2,
+                "min_time_s_per_iteration": 1,  # both trials still running when the head dies
+            },
+            "stop": {"training_iteration": stop},
+            "checkpoint": {"uri": f"s3://{BUCKET}/sweeps", "frequency": 1},
+            "storage": storage(platform.stack),
+            "learners": {"replicas": 0},
+            "rollouts": {"replicas": 1, "envsPerRunner": 4, "memory": "1Gi"},
+            "head": {"cpu": "1", "memory": "2Gi"},
+            "tune": {"maxConcurrentTrials": 2, "metric": "episode_return_mean", "mode": "max"},
+        },
+    )
+
+    # Sized for both trials at once: a rollout pod each, a driver CPU each on the head.
+    raycluster = wait_for("the RayCluster", lambda: get_raycluster(platform.custom, ns, cluster), 60)
+    assert worker_replicas(raycluster) == {"learners": 0, "rollouts": 2}
+    assert raycluster["spec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "2"
+    running = platform.wait(
+        "both trials running", name, ns, lambda s: (s.get("trials") or {}).get("running") == 2, 300
+    )
+    assert running["phase"] == "Running" and running["jobId"].endswith("-1")
+
+    # The head dies once Tune's snapshot on S3 lists each trial's third checkpoint.
+    prefix = f"sweeps/{ns}/{name}/"
+    wait_for(
+        "a snapshot listing checkpoints",
+        lambda: snapshot_after_checkpoints(platform.stack, prefix, 2, "checkpoint_000002"),
+        300,
+        interval_s=1,
+    )
+    before = platform.status(name, ns)
+    assert before["trials"]["running"] == 2, before
+    assert before["bestTrial"] and before["bestCheckpoint"].startswith(f"s3://{BUCKET}/{prefix}")
+    platform.kuberay.kill_head(ns, cluster)
+    platform.wait_phase("Restarting", name, ns, 60)
+
+    # Restored, not started over: both trials finish from their checkpoints.
+    done = platform.wait_phase("Succeeded", name, ns, 600)
+    assert done["restarts"] == 1 and done["jobId"].endswith("-2")
+    assert done["trials"] == {"pending": 0, "running": 0, "paused": 0, "terminated": 2, "errored": 0}
+    experiment = f"s3://{BUCKET}/{prefix}"
+    trials = sorted({key.split("/")[3] for key in s3_objects(platform.stack, prefix + "PPO_")})
+    assert len(trials) == 2, trials
+    for trial in trials:
+        rows = [json.loads(line) for line in rltrainer_read(f"{experiment}{trial}/result.json").splitlines()]
+        assert rows[-1]["training_iteration"] == stop
+        assert rows[-1]["iterations_since_restore"] < stop, [row["training_iteration"] for row in rows]
+    best = done["bestCheckpoint"]
+    assert (
+        best.startswith(f"{experiment}PPO_CartPole-v1_")
+        and done["bestTrial"]
+        and done["bestMetric"] is not None
+    )
+    out = rltrainer("evaluate", best, "--episodes", "2")
+    assert "mean return over 2 episodes" in out
+    wait_for("the RayCluster deleted", lambda: get_raycluster(platform.custom, ns, cluster) is None, 60)
+    wait_for("its processes gone", lambda: not platform.kuberay.processes(ns, cluster), 30)
+
+
+def rltrainer_read(uri: str) -> str:
+    """One object's text, through rltrainer's storage layer (as the CLI reads S3)."""
+    from rltrainer.storage import open_storage
+
+    folder, _, key = uri.rpartition("/")
+    return open_storage(folder).read_bytes(key).decode()

@@ -16,9 +16,18 @@ import pytest
 import yaml
 
 from rltrainer.algorithms.registry import get_algorithm_class
+from rltrainer.cli import build_parser
+from rltrainer_operator import sweep
 from rltrainer_operator.builders import job
 from rltrainer_operator.builders.naming import MAX_CLUSTER_NAME, job_id, raycluster_name
-from rltrainer_operator.builders.raycluster import build_raycluster, cpu_count, scale_patch, worker_replicas
+from rltrainer_operator.builders.raycluster import (
+    ClusterShape,
+    build_raycluster,
+    cluster_shape,
+    cpu_count,
+    scale_patch,
+    worker_replicas,
+)
 from rltrainer_operator.models import RLExperiment
 from rltrainer_operator.settings import Settings
 
@@ -130,3 +139,101 @@ def test_scale_patch_changes_only_the_group():
     built = build_raycluster(body, experiment.spec, SETTINGS)
     patched = scale_patch(built, "rollouts", 3)["spec"]["workerGroupSpecs"]
     assert worker_replicas({"spec": {"workerGroupSpecs": patched}}) == {"learners": 2, "rollouts": 3}
+
+
+# --- sweeps --------------------------------------------------------------------------------------
+
+
+def sweep_spec(**changes):
+    """``sweep_grid``'s spec (2 learning rates, 1 learner and 2 rollouts per trial) with ``changes``."""
+    _, experiment = load("sweep_grid")
+    return RLExperiment.model_validate(
+        {"spec": {**experiment.spec.model_dump(exclude_none=True), **changes}}
+    ).spec
+
+
+def test_a_two_trial_sweep_gets_pods_and_head_cpus_for_both_trials():
+    body, experiment = load("sweep_grid")
+    spec = experiment.spec
+    assert (sweep.is_sweep(spec), sweep.trial_count(spec), sweep.concurrency(spec)) == (True, 2, 2)
+    built = build_raycluster(body, spec, SETTINGS)
+    assert worker_replicas(built) == {"learners": 2, "rollouts": 4}  # per trial: 1 learner, 2 runners
+    for group in built["spec"]["workerGroupSpecs"]:  # each pod as big as the spec says, one bundle each
+        assert group["minReplicas"] == group["maxReplicas"] == group["replicas"]
+        assert group["rayStartParams"]["num-cpus"] == "1"
+    head = built["spec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "2"  # one driver bundle (1 CPU) per running trial
+    requests = head["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == {"cpu": "2", "memory": "4Gi"}  # head.cpu "1" is raised to what Ray advertises
+
+
+def test_sweep_sizing_follows_samples_concurrency_and_driver_cpus():
+    grid3 = {"lr": {"grid_search": [1e-3, 1e-4, 1e-5]}, "gamma": {"grid_search": [0.9, 0.99]}}
+    spec = sweep_spec(config=grid3, tune={"numSamples": 2})
+    assert (sweep.trial_count(spec), sweep.concurrency(spec)) == (12, 12)
+    spec = sweep_spec(config=grid3, tune={"numSamples": 2, "maxConcurrentTrials": 3})
+    assert cluster_shape(spec) == ClusterShape(learners=3, rollouts=6, head_cpus=3)
+    spec = sweep_spec(tune={"maxConcurrentTrials": 8})  # never more than the 2 trials
+    assert cluster_shape(spec) == ClusterShape(learners=2, rollouts=4, head_cpus=2)
+    spec = sweep_spec(config={"lr": 1e-3, "num_cpus_for_main_process": 2}, tune={"numSamples": 3})
+    assert cluster_shape(spec) == ClusterShape(learners=3, rollouts=6, head_cpus=6)
+    spec = sweep_spec(head={"cpu": "8"}, learners={"replicas": 0})  # the head's own CPUs are a floor
+    assert cluster_shape(spec) == ClusterShape(learners=0, rollouts=4, head_cpus=8)
+    nested = {"model": {"fcnet_hiddens": {"grid_search": [[32], [64, 64]]}}}
+    spec = sweep_spec(config=nested, envConfig={"max_episode_steps": {"grid_search": [100, 200, 500]}})
+    assert sweep.trial_count(spec) == 6 and sweep.search_space_keys(spec) == ["env_config", "model"]
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if not case.startswith("sweep")])
+def test_single_runs_are_sized_as_the_spec_says(case):
+    body, experiment = load(case)
+    spec = experiment.spec
+    assert not sweep.is_sweep(spec)
+    built = build_raycluster(body, spec, SETTINGS)
+    assert worker_replicas(built) == {"learners": spec.learners.replicas, "rollouts": spec.rollouts.replicas}
+    head = built["spec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == str(cpu_count(spec.head.cpu))
+    assert head["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == spec.head.cpu
+
+
+def test_entrypoint_of_a_sweep_passes_spec_tune_as_the_cli_flags():
+    spec = sweep_spec(
+        tune={
+            "numSamples": 2,
+            "maxConcurrentTrials": 1,
+            "scheduler": "asha",
+            "schedulerConfig": {"max_t": 20, "grace_period": 2},
+            "metric": "episode_len_mean",
+            "mode": "min",
+        }
+    )
+    args = shlex.split(job.entrypoint(spec, "ml", "cartpole-sweep", SETTINGS, resume_from="s3://x/ckpt"))
+    flags = dict(zip(args[2::2], args[3::2], strict=False))
+    assert '"lr":{"grid_search":[0.001,0.0001]}' in flags["--config"]
+    tail = args[args.index("--resume") :]
+    assert tail == [
+        "--resume",  # restores the Tune experiment from S3: every trial from its own checkpoint
+        "--checkpoint-at-end",
+        "--num-samples",
+        "2",
+        "--scheduler",
+        "asha",
+        "--scheduler-config",
+        '{"grace_period":2,"max_t":20}',
+        "--max-concurrent-trials",
+        "1",
+        "--metric",
+        "episode_len_mean",
+        "--mode",
+        "min",
+    ]
+    assert "--resume-from" not in args  # the CLI refuses it for a sweep
+    parsed = build_parser().parse_args(args[1:])  # the real CLI reads them
+    assert (parsed.num_samples, parsed.max_concurrent_trials, parsed.scheduler) == (2, 1, "asha")
+    assert (parsed.metric, parsed.mode, parsed.resume) == ("episode_len_mean", "min", True)
+
+
+def test_entrypoint_of_a_grid_without_spec_tune_uses_the_cli_defaults():
+    spec = sweep_spec(tune=None)
+    args = shlex.split(job.entrypoint(spec, "ml", "cartpole-sweep", SETTINGS, resume_from="s3://x/ckpt"))
+    assert args[-2:] == ["--resume", "--checkpoint-at-end"]

@@ -79,7 +79,16 @@ def test_names_scope_and_subresources():
 
 def test_printer_columns_point_at_schema_fields():
     columns = crd.build_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
-    assert [c["name"] for c in columns] == ["Phase", "Algo", "Env", "Iteration", "Return", "Restarts", "Age"]
+    assert [c["name"] for c in columns] == [
+        "Phase",
+        "Algo",
+        "Env",
+        "Iteration",
+        "Return",
+        "Restarts",
+        "Best",
+        "Age",
+    ]
     nodes = dict(walk(openapi_schema()))
     for column in columns:
         path = column["jsonPath"].lstrip(".")

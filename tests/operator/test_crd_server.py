@@ -193,6 +193,27 @@ def test_the_server_fills_in_the_models_defaults(stored):
 # --- good manifests -----------------------------------------------------------------------------
 
 
+#: A sweep: a grid in config, PBT with nested settings (kept as written: preserve-unknown-fields).
+SWEEP = {
+    "config": {
+        "lr": {"grid_search": [0.001, 0.0001]},
+        "model": {"fcnet_hiddens": {"grid_search": [[32], [64]]}},
+    },
+    "tune": {
+        "numSamples": 2,
+        "maxConcurrentTrials": 4,
+        "scheduler": "pbt",
+        "schedulerConfig": {
+            "perturbation_interval": 2,
+            "hyperparam_mutations": {"lr": [0.001, 0.0003], "gamma": [0.95, 0.99]},
+            "synch": True,
+        },
+        "metric": "episode_return_mean",
+        "mode": "max",
+    },
+}
+
+
 def _good_manifests() -> list[Any]:
     data = [pytest.param(load_manifest(p.name), id=p.name) for p in sorted(DATA.glob("*.yaml"))]
     examples = [
@@ -211,6 +232,7 @@ def _good_manifests() -> list[Any]:
             "suspend": None,
         },
         "integer-quantities": {"head": {"cpu": 4, "memory": 8589934592}, "learners": {"memory": 0}},
+        "sweep": SWEEP,
     }
     inline = [pytest.param(experiment(name, patch), id=name) for name, patch in variants.items()]
     return data + examples + inline
@@ -414,6 +436,30 @@ INVALID = [
         GPUS_NEED_LEARNERS,
     ),
     ("stop-key-empty", {"stop": {"": 3, "training_iteration": 10}}, "spec.stop", STOP_KEYS_NON_EMPTY),
+    # sweeps
+    (
+        "tune-scheduler-unknown",
+        {"tune": {"scheduler": "hyperband"}},
+        "spec.tune.scheduler",
+        'Unsupported value: "hyperband"',
+    ),
+    ("tune-samples-zero", {"tune": {"numSamples": 0}}, "spec.tune.numSamples", "greater than or equal to 1"),
+    (
+        "tune-concurrency-zero",
+        {"tune": {"maxConcurrentTrials": 0}},
+        "spec.tune.maxConcurrentTrials",
+        "greater than or equal to 1",
+    ),
+    ("tune-mode-unknown", {"tune": {"mode": "maximize"}}, "spec.tune.mode", 'Unsupported value: "maximize"'),
+    ("tune-metric-empty", {"tune": {"metric": ""}}, "spec.tune.metric", "at least 1 chars long"),
+    (
+        "tune-scheduler-config-list",
+        {"tune": {"schedulerConfig": [1]}},
+        "spec.tune.schedulerConfig",
+        "type object",
+    ),
+    ("tune-unknown-field", {"tune": {"samples": 4}}, "spec.tune.samples", "unknown field"),
+    ("tune-string", {"tune": "asha"}, "spec.tune", "type object"),
 ]
 
 
@@ -532,7 +578,9 @@ def test_kubectl_get_prints_the_columns_by_every_name(server):
         == 0
     )
 
-    header = [column["name"].upper() for column in crd.PRINTER_COLUMNS]
+    header = [column["name"].upper() for column in crd.PRINTER_COLUMNS if not column.get("priority")]
+    wide = server.kubectl("get", "rlx", "-o", "wide")  # adds the priority-1 columns (a sweep's Best)
+    assert wide.returncode == 0 and wide.stdout.split()[7] == "BEST", wide.stdout + wide.stderr
     for resource in ("rlx", "rlexperiments", "rlexperiment.rltrainer.io", "rltrainer"):
         done = server.kubectl("get", resource)
         assert done.returncode == 0, done.stderr
@@ -555,3 +603,45 @@ def test_kubectl_explain_shows_the_models_docstrings(server):
     for name, field in Learners.model_fields.items():
         assert f"{name} <" in text, name
         assert doc(field.description) in text, name
+
+
+# --- sweeps ------------------------------------------------------------------------------------
+
+
+def test_a_sweep_is_stored_with_its_defaults_and_settings_as_written(server):
+    stored = server.admitted(experiment("sweep-defaults", {"tune": {"numSamples": 3}}), dry_run=True)
+    assert stored["spec"]["tune"] == {
+        "numSamples": 3,
+        "scheduler": "fifo",
+        "schedulerConfig": {},
+        "metric": "episode_return_mean",
+        "mode": "max",
+    }
+    assert stored["spec"]["tune"] == ExperimentSpec.model_validate(stored["spec"]).tune.model_dump(
+        exclude_none=True
+    )
+    stored = server.admitted(experiment("sweep-pbt", SWEEP), dry_run=True)
+    assert stored["spec"]["tune"] == SWEEP["tune"]  # nested settings kept, nothing pruned
+    assert stored["spec"]["config"]["lr"] == {"grid_search": [0.001, 0.0001]}
+    assert "tune" not in server.admitted(experiment("no-sweep"), dry_run=True)["spec"]  # no default
+
+
+def test_a_sweeps_status_is_accepted_by_the_status_subresource(server):
+    server.admitted(experiment("sweep-status", SWEEP))
+    status = ExperimentStatus.model_validate(
+        {
+            "phase": "Running",
+            "trials": {"running": 1, "pending": 1, "terminated": 2},
+            "bestTrial": "PPO_CartPole-v1_5d0c4_00001",
+            "bestMetric": 187.5,
+            "bestCheckpoint": "s3://checkpoints/rl/ns/sweep-status/PPO_CartPole-v1_5d0c4_00001/checkpoint_000004",
+        }
+    ).model_dump(mode="json")  # as the operator writes it
+    done = server.patch("sweep-status", {"status": status})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(server.kubectl("get", "rlx", "sweep-status", "-o", "json").stdout)["status"]
+    assert got["trials"] == {"pending": 1, "running": 1, "paused": 0, "terminated": 2, "errored": 0}
+    assert (got["bestTrial"], got["bestMetric"]) == ("PPO_CartPole-v1_5d0c4_00001", 187.5)
+    assert got["bestCheckpoint"].endswith("/checkpoint_000004")
+    message = rejected(server.patch("sweep-status", {"status": {"trials": {"running": -1}}}))
+    assert names_field(message, "status.trials.running"), message

@@ -222,6 +222,109 @@ INVALID = [
         "unknown stop key 'reward'",
     ),
     ("env-config-not-json", {"envConfig": {"scale": math.inf}}, OPERATOR, "spec.envConfig", "plain JSON"),
+    # sweeps (spec.tune, search spaces in spec.config)
+    (
+        "tune-unknown-scheduler",
+        {"tune": {"scheduler": "hyperband"}},
+        SCHEMA,
+        "spec.tune.scheduler",
+        "hyperband",
+    ),
+    ("tune-zero-samples", {"tune": {"numSamples": 0}}, SCHEMA, "spec.tune.numSamples", ">= 1"),
+    (
+        "tune-zero-concurrency",
+        {"tune": {"maxConcurrentTrials": 0}},
+        SCHEMA,
+        "spec.tune.maxConcurrentTrials",
+        ">= 1",
+    ),
+    ("tune-bad-mode", {"tune": {"mode": "maximize"}}, SCHEMA, "spec.tune.mode", "'max' or 'min'"),
+    ("tune-unknown-field", {"tune": {"samples": 4}}, SCHEMA, "spec.tune.samples", "unknown field"),
+    (
+        "sweep-grid-value-rejected",
+        {"config": {"lr": {"grid_search": [0.001, -1]}}},
+        OPERATOR,
+        "spec.config.lr",
+        "the search space of 'lr' can take -1, which is not allowed",
+    ),
+    (
+        "sweep-grid-key-unknown",
+        {"config": {"learning_rate": {"grid_search": [0.001, 0.0001]}}},
+        OPERATOR,
+        "spec.config.learning_rate",
+        "unknown PPO config key",
+    ),
+    (
+        "sweep-grid-on-owned-key",
+        {"config": {"num_env_runners": {"grid_search": [1, 2]}}},
+        OPERATOR,
+        "spec.config.num_env_runners",
+        "spec.rollouts.replicas",
+    ),
+    (
+        "sweep-trial-inconsistent",
+        {"config": {"train_batch_size": {"grid_search": [4000, 128]}, "minibatch_size": 256}},
+        OPERATOR,
+        "spec.config",
+        "must be <= train_batch_size (128): lower minibatch_size or raise train_batch_size (in the "
+        "trial with train_batch_size=128)",
+    ),
+    (
+        "sweep-unknown-metric",
+        {"config": {"lr": {"grid_search": [0.001, 0.0001]}}, "tune": {"metric": "episode_reward_meen"}},
+        OPERATOR,
+        "spec.tune.metric",
+        "unknown metric 'episode_reward_meen': no result has it; did you mean episode_return_mean",
+    ),
+    (
+        "sweep-unknown-scheduler-setting",
+        {"tune": {"scheduler": "asha", "schedulerConfig": {"max_iterations": 10}}},
+        OPERATOR,
+        "spec.tune.schedulerConfig.max_iterations",
+        "asha scheduler: unknown setting(s) ['max_iterations']; allowed: max_t, grace_period",
+    ),
+    (
+        "sweep-fifo-takes-no-settings",
+        {"tune": {"numSamples": 2, "schedulerConfig": {"max_t": 10}}},
+        OPERATOR,
+        "spec.tune.schedulerConfig.max_t",
+        "allowed: none",
+    ),
+    (
+        "sweep-pbt-without-mutations",
+        {"tune": {"scheduler": "pbt"}},
+        OPERATOR,
+        "spec.tune.schedulerConfig.hyperparam_mutations",
+        "set hyperparam_mutations",
+    ),
+    (
+        "sweep-pbt-mutates-unknown-key",
+        {"tune": {"scheduler": "pbt", "schedulerConfig": {"hyperparam_mutations": {"lrr": [0.1, 0.01]}}}},
+        OPERATOR,
+        "spec.tune.schedulerConfig.hyperparam_mutations.lrr",
+        "unknown PPO config key (did you mean 'lr'?)",
+    ),
+    (
+        "sweep-pbt-mutates-to-a-bad-value",
+        {"tune": {"scheduler": "pbt", "schedulerConfig": {"hyperparam_mutations": {"gamma": [0.9, 1.5]}}}},
+        OPERATOR,
+        "spec.tune.schedulerConfig.hyperparam_mutations.gamma",
+        "invalid value for 'gamma'",
+    ),
+    (
+        "sweep-pbt-mutates-an-owned-key",
+        {"tune": {"scheduler": "pbt", "schedulerConfig": {"hyperparam_mutations": {"num_workers": [1, 2]}}}},
+        OPERATOR,
+        "spec.tune.schedulerConfig.hyperparam_mutations.num_workers",
+        "is set by spec.rollouts.replicas",
+    ),
+    (
+        "tune-without-a-sweep",
+        {"tune": {"metric": "episode_len_mean"}},
+        OPERATOR,
+        "spec.tune",
+        "makes no sweep",
+    ),
 ]
 
 
@@ -434,3 +537,31 @@ def test_a_documented_setting_rltrainer_cannot_honour_says_why():
     assert err.value.field == "spec.config.horizon"
     assert "max_episode_steps" in str(err.value)
     validate_experiment(patched({"config": {"create_env_on_driver": True}}))
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"config": {"lr": {"grid_search": [0.001, 0.0001]}}},
+        {"config": {"model": {"fcnet_hiddens": {"grid_search": [[32], [64, 64]]}}}},
+        {"envConfig": {"max_episode_steps": {"grid_search": [200, 500]}}},
+        {"tune": {"numSamples": 3, "metric": "env_runners/episode_reward_mean"}},
+        {
+            "config": {"lr": {"grid_search": [0.001, 0.0001]}},
+            "tune": {"scheduler": "asha", "schedulerConfig": {"max_t": 50, "grace_period": 5}},
+        },
+        {
+            "tune": {
+                "numSamples": 4,
+                "scheduler": "pbt",
+                "schedulerConfig": {"perturbation_interval": 2, "hyperparam_mutations": {"lr": [1e-3, 1e-4]}},
+                "metric": "episode_len_mean",
+                "mode": "min",
+            }
+        },
+    ],
+    ids=["grid", "nested-grid", "env-config-grid", "samples", "asha", "pbt"],
+)
+def test_sweeps_are_accepted(patch):
+    """Search spaces (each value checked) and spec.tune pass, as the driver's check_sweep passes them."""
+    validate_experiment(patched(patch))

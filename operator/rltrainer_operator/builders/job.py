@@ -14,6 +14,7 @@ from typing import Any
 from rltrainer_operator.builders.raycluster import LEARNER_RESOURCE, ROLLOUT_RESOURCE
 from rltrainer_operator.models import ExperimentSpec
 from rltrainer_operator.settings import Settings
+from rltrainer_operator.sweep import is_sweep
 
 
 def storage_path(spec: ExperimentSpec, namespace: str) -> str:
@@ -66,6 +67,10 @@ def entrypoint(
     Always ``--resume``: a first run finds no checkpoint and starts fresh; every later run
     continues from ``resume_from`` (the newest checkpoint the operator knows of) or, when that
     does not verify, the newest valid one under the experiment folder.
+
+    A sweep (``sweep.is_sweep``) also gets ``spec.tune`` as the CLI's sweep flags, and never
+    ``--resume-from``: there ``--resume`` restores the Tune experiment from its folder in S3,
+    every trial from its own newest checkpoint.
     """
     args = [
         "rltrainer",
@@ -88,9 +93,25 @@ def entrypoint(
     ]
     if spec.checkpoint.atEnd:
         args.append("--checkpoint-at-end")
-    if resume_from:
+    if is_sweep(spec):
+        args += sweep_flags(spec)
+    elif resume_from:
         args += ["--resume-from", resume_from]
     return shlex.join(args)
+
+
+def sweep_flags(spec: ExperimentSpec) -> list[str]:
+    """``spec.tune`` as ``rltrainer train``'s sweep flags (its defaults when absent)."""
+    if spec.tune is None:
+        return []
+    tune = spec.tune
+    flags = ["--num-samples", str(tune.numSamples), "--scheduler", tune.scheduler]
+    if tune.schedulerConfig:
+        options = json.dumps(tune.schedulerConfig, sort_keys=True, separators=(",", ":"))
+        flags += ["--scheduler-config", options]
+    if tune.maxConcurrentTrials is not None:
+        flags += ["--max-concurrent-trials", str(tune.maxConcurrentTrials)]
+    return [*flags, "--metric", tune.metric, "--mode", tune.mode]
 
 
 def submission(

@@ -6,11 +6,14 @@ Shape: a head (runs the driver; the learner too when ``learners.replicas`` is 0)
 resource (``rltrainer_learner`` / ``rltrainer_rollout``) that the driver's placement-group
 bundles ask for, so learners and env runners land on their own groups (rltrainer's
 ``custom_resources_per_*`` convention, see the README).
+
+A sweep (``sweep.is_sweep``) is sized by ``cluster_shape`` for the trials that run at once.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import re
@@ -25,6 +28,7 @@ from rltrainer_operator.builders.naming import (
 )
 from rltrainer_operator.models import GROUP, KIND, VERSION, ExperimentSpec, Toleration
 from rltrainer_operator.settings import Settings
+from rltrainer_operator.sweep import concurrency, driver_cpus, is_sweep
 
 LEARNER_RESOURCE = "rltrainer_learner"
 ROLLOUT_RESOURCE = "rltrainer_rollout"
@@ -47,6 +51,45 @@ def cpu_count(quantity: str) -> int:
 def ray_resources(resources: dict[str, float]) -> str:
     """KubeRay's ``rayStartParams.resources`` format: a JSON object in a quoted string."""
     return json.dumps(json.dumps(resources, sort_keys=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterShape:
+    """Pods and Ray CPUs of an experiment's RayCluster."""
+
+    learners: int
+    """Learner pods."""
+    rollouts: int
+    """Rollout pods."""
+    head_cpus: int
+    """The head's Ray ``num-cpus`` (and its pod's CPU request when that is more than ``head.cpu``)."""
+
+
+def cluster_shape(spec: ExperimentSpec) -> ClusterShape:
+    """What the experiment runs on.
+
+    One run: ``learners.replicas`` learner pods, ``rollouts.replicas`` rollout pods, ``head.cpu``
+    CPUs on the head (the driver is the job itself and reserves nothing).
+
+    A sweep runs up to ``sweep.concurrency(spec)`` trials at once (``tune.maxConcurrentTrials``,
+    else every trial: the grid's combinations times ``tune.numSamples``), and Tune reserves one
+    placement group per running trial: a driver bundle of ``num_cpus_for_main_process`` CPUs
+    (default 1; the trial's learner too when ``learners.replicas`` is 0), then
+    ``learners.replicas`` learner bundles and ``rollouts.replicas`` env-runner bundles, each
+    asking for its group's custom resource, of which each worker pod advertises one. So each
+    worker group gets ``replicas x concurrency`` pods of the size the spec gives, and the head,
+    where no other bundle fits (every worker pod's CPUs go to its own bundle), advertises
+    ``max(head.cpu, concurrency x num_cpus_for_main_process)`` CPUs and requests as many.
+    """
+    head_cpus = cpu_count(spec.head.cpu)
+    if not is_sweep(spec):
+        return ClusterShape(spec.learners.replicas, spec.rollouts.replicas, head_cpus)
+    trials = concurrency(spec)
+    return ClusterShape(
+        learners=spec.learners.replicas * trials,
+        rollouts=spec.rollouts.replicas * trials,
+        head_cpus=max(head_cpus, trials * driver_cpus(spec)),
+    )
 
 
 def owner_reference(experiment: dict[str, Any]) -> dict[str, Any]:
@@ -72,10 +115,12 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
         extra_labels[KUEUE_QUEUE_LABEL] = queue  # Kueue admits the RayCluster as one workload
     image = spec.image or settings.default_image
     env = pod_env(spec, settings)
+    shape = cluster_shape(spec)
+    head_cpu = spec.head.cpu if shape.head_cpus <= cpu_count(spec.head.cpu) else str(shape.head_cpus)
     groups = [
         worker_group(
             LEARNERS_GROUP,
-            replicas=spec.learners.replicas,
+            replicas=shape.learners,
             image=image,
             env=env,
             cpus=spec.learners.cpusPerLearner,
@@ -88,7 +133,7 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
         ),
         worker_group(
             ROLLOUTS_GROUP,
-            replicas=spec.rollouts.replicas,
+            replicas=shape.rollouts,
             image=image,
             env=env,
             cpus=spec.rollouts.cpusPerRunner,
@@ -122,13 +167,13 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
             "headGroupSpec": {
                 "rayStartParams": {
                     "dashboard-host": "0.0.0.0",
-                    "num-cpus": str(cpu_count(spec.head.cpu)),
+                    "num-cpus": str(shape.head_cpus),
                 },
                 "template": pod_template(
                     "ray-head",
                     image=image,
                     env=env,
-                    requests={"cpu": spec.head.cpu, "memory": spec.head.memory},
+                    requests={"cpu": head_cpu, "memory": spec.head.memory},
                     ports=[
                         {"containerPort": 6379, "name": "gcs-server"},
                         {"containerPort": settings.dashboard_port, "name": "dashboard"},
