@@ -17,11 +17,13 @@ retention).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from rltrainer.errors import CheckpointError
+from rltrainer.storage import StorageError
 
 FORMAT_VERSION = 1
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -57,21 +60,42 @@ def write_checkpoint(
     tensors: dict[str, dict[str, torch.Tensor]],
     arrays: dict[str, dict[str, np.ndarray]],
 ) -> str:
-    """Write the files, then the metadata naming them with their hashes; returns the path."""
+    """Write the files, then the metadata naming them with their hashes; returns the path.
+
+    A write that fails (a full disk, a permission lost) raises ``StorageError`` naming the
+    folder and the reason, after removing what it wrote: the folder when it made it, else the
+    files it names (a checkpoint being replaced has stopped existing by then: its manifest goes
+    first)."""
     path = Path(directory).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    (path / METADATA_FILE).unlink(missing_ok=True)  # a checkpoint being replaced stops existing first
-    for name, named_tensors in tensors.items():
-        save_file({k: v.contiguous() for k, v in named_tensors.items()}, str(path / name))
-    for name, named_arrays in arrays.items():
-        with open(path / name, "wb") as f:
-            np.savez(f, **named_arrays)
-    files = {name: describe_file(path / name) for name in [*tensors, *arrays]}
-    full = {"format_version": FORMAT_VERSION, **metadata, "versions": library_versions(), "files": files}
-    tmp = path / f".{METADATA_FILE}.tmp"
-    tmp.write_text(json.dumps(full, indent=2, allow_nan=False))
-    os.replace(tmp, path / METADATA_FILE)
+    created = not path.exists()
+    names = [*tensors, *arrays, METADATA_FILE, f".{METADATA_FILE}.tmp"]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / METADATA_FILE).unlink(missing_ok=True)  # a checkpoint being replaced stops existing first
+        for name, named_tensors in tensors.items():
+            save_file({k: v.contiguous() for k, v in named_tensors.items()}, str(path / name))
+        for name, named_arrays in arrays.items():
+            with open(path / name, "wb") as f:
+                np.savez(f, **named_arrays)
+        files = {name: describe_file(path / name) for name in [*tensors, *arrays]}
+        full = {"format_version": FORMAT_VERSION, **metadata, "versions": library_versions(), "files": files}
+        tmp = path / f".{METADATA_FILE}.tmp"
+        tmp.write_text(json.dumps(full, indent=2, allow_nan=False))
+        os.replace(tmp, path / METADATA_FILE)
+    except (OSError, SafetensorError) as err:
+        _remove_partial(path, created, names)
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise StorageError(f"cannot write checkpoint {path}: {reason}") from None
     return str(path)
+
+
+def _remove_partial(path: Path, created: bool, names: list[str]) -> None:
+    if created:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for name in names:
+        with contextlib.suppress(OSError):
+            (path / name).unlink(missing_ok=True)
 
 
 def check_file_names(metadata: dict[str, Any], where: str) -> None:

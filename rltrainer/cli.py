@@ -669,7 +669,13 @@ def _episode_line(episode: Any) -> str:
 
 def _checkpoints_list(args: argparse.Namespace) -> int:
     from rltrainer.checkpoint_store import list_checkpoints
+    from rltrainer.storage import is_remote
 
+    if not is_remote(args.uri) and not Path(args.uri).expanduser().is_dir():
+        problem = "is not a folder" if Path(args.uri).expanduser().exists() else "does not exist"
+        raise UsageError(
+            f"{args.uri} {problem}: pass a checkpoint, a trial or experiment folder, or s3://..."
+        )
     found = list_checkpoints(args.uri)
     if not found:
         print(f"no checkpoints under {args.uri}")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.results import flatten
-from rltrainer.storage import is_remote, open_storage
+from rltrainer.storage import StorageError, is_remote, open_storage
 
 # No torch at import (Algorithm's and checkpoint_store's): the operator imports PROGRESS_FILE, resolve_stop.
 if TYPE_CHECKING:
@@ -180,7 +180,12 @@ def run_experiment(
         # The counters, not last_result: Ctrl-C may land after an iteration ended, before train() returned.
         iterations = algo.counters.training_iteration
         if config.checkpoint_at_end and iterations > checkpointed_iteration:
-            checkpoint_path = algo.save()
+            try:
+                checkpoint_path = algo.save()
+            except StorageError as err:  # the run's results stay; only the final checkpoint is missing
+                last = f"; the newest checkpoint is {checkpoint_path}" if checkpoint_path else ""
+                ended = f"training ended after {iterations} iteration(s)"
+                raise StorageError(f"{ended}, but checkpoint_at_end failed: {err}{last}") from None
             logger.info("saved checkpoint %s at the end", checkpoint_path)
         if stopped_by != INTERRUPTED and last_result is not None:
             progress.write(last_result, checkpoint_path, finished_by=stopped_by)
@@ -211,6 +216,7 @@ class ProgressWriter:
     def __init__(self, algo: Algorithm) -> None:
         self.algo = algo
         self.storage = open_storage(algo.experiment_uri, algo.config.storage_options)
+        self.failing = False
 
     def write(self, result: dict[str, Any], checkpoint: str | None, finished_by: str | None = None) -> None:
         flat = flatten(result)
@@ -229,7 +235,11 @@ class ProgressWriter:
         try:
             self.storage.write_bytes(PROGRESS_FILE, json.dumps(progress).encode())
         except Exception as err:  # noqa: BLE001 - observers only; training goes on
-            logger.warning("could not write %s: %s", PROGRESS_FILE, err)
+            if not self.failing:  # once until it works again, not every iteration
+                logger.warning("could not write %s (tried again every iteration): %s", PROGRESS_FILE, err)
+            self.failing = True
+        else:
+            self.failing = False
 
 
 def _finite_or_none(value: Any) -> float | None:

@@ -19,10 +19,15 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import json
 import logging
 import math
+import os
+import socket
+import struct
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +36,36 @@ from rltrainer.utils.import_paths import import_object, object_path
 
 
 @functools.cache
-def _import_tensorboardx() -> tuple[type, type]:
-    """tensorboardX without its optional S3 writer: that imports boto3 eagerly (~0.1 s of every
-    run's start-up), and rltrainer uploads result files itself (see ResultLogger). Imported when
-    the first ResultLogger is made: the operator reads this module's key tables without it."""
+def _import_tensorboardx() -> tuple[type, type, Any]:
+    """tensorboardX's ``Summary`` and ``Event`` protos and its record checksum, without its
+    optional S3 writer: that imports boto3 eagerly (~0.1 s of every run's start-up), and
+    rltrainer uploads result files itself (see ResultLogger). Imported when the first
+    ResultLogger is made: the operator reads this module's key tables without it."""
     hidden = "boto3" not in sys.modules
     if hidden:
         sys.modules["boto3"] = None  # type: ignore[assignment]  # makes `import boto3` fail fast
     try:
-        from tensorboardX import SummaryWriter
+        from tensorboardX.proto.event_pb2 import Event
         from tensorboardX.proto.summary_pb2 import Summary
+        from tensorboardX.record_writer import masked_crc32c
     finally:
         if hidden:
             del sys.modules["boto3"]
-    return SummaryWriter, Summary
+    return Summary, Event, masked_crc32c
+
+
+def append_whole(file: Any, data: bytes) -> None:
+    """Append ``data`` to an unbuffered binary ``file`` whole or not at all: a write that fails
+    part way (a full disk) is cut back off, so the file never ends in half a record and the
+    next append starts clean. Raises the ``OSError``."""
+    start = os.fstat(file.fileno()).st_size
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[file.write(view) :]
+    except OSError:
+        os.ftruncate(file.fileno(), start)
+        raise
 
 
 logger = logging.getLogger(__name__)
@@ -189,72 +210,92 @@ def _csv_header(path: Path) -> list[str]:
 
 
 class JsonLogger:
-    """``result.json``: one JSON object per iteration (non-finite numbers as ``null``)."""
+    """``result.json``: one JSON object per iteration (non-finite numbers as ``null``), each
+    line appended whole or not at all."""
 
     def __init__(self, config: dict[str, Any], logdir: str | Path) -> None:  # noqa: ARG002
-        self._file = open(Path(logdir) / "result.json", "a")  # noqa: SIM115 (closed in close())
+        self._file = open(Path(logdir) / "result.json", "ab", buffering=0)  # noqa: SIM115 (closed in close())
 
     def on_result(self, result: dict[str, Any]) -> None:
-        self._file.write(json.dumps(_json_safe(result), allow_nan=False) + "\n")
-        self._file.flush()
+        append_whole(self._file, (json.dumps(_json_safe(result), allow_nan=False) + "\n").encode())
 
     def close(self) -> None:
         self._file.close()
 
 
 class CSVLogger:
-    """``progress.csv``: the flattened result keys; rewritten wider when new keys appear."""
+    """``progress.csv``: the flattened result keys; rewritten wider (through a temporary file
+    and a rename) when new keys appear. Rows are appended whole or not at all."""
 
     def __init__(self, config: dict[str, Any], logdir: str | Path) -> None:  # noqa: ARG002
         self._csv_path = Path(logdir) / "progress.csv"
         self._csv_fields = _csv_header(self._csv_path)
-        self._csv_file = open(self._csv_path, "a", newline="")  # noqa: SIM115 (closed in close())
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=self._csv_fields)
+        self._csv_file = open(self._csv_path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
 
     def on_result(self, result: dict[str, Any]) -> None:
         flat = flatten(result)
         new_keys = [key for key in flat if key not in self._csv_fields]
         if new_keys:
             self._widen_csv([*self._csv_fields, *new_keys])
-        self._csv.writerow(flat)
-        self._csv_file.flush()
+        text = io.StringIO()
+        csv.DictWriter(text, fieldnames=self._csv_fields).writerow(flat)
+        append_whole(self._csv_file, text.getvalue().encode())
 
     def _widen_csv(self, fields: list[str]) -> None:
-        """Rewrite progress.csv with more columns (keys that first appear later, e.g. evaluation)."""
-        self._csv_file.close()
+        """Rewrite progress.csv with more columns (keys that first appear later, e.g.
+        evaluation); the old file stays as it was when this fails."""
         with open(self._csv_path, newline="") as f:
             rows = list(csv.DictReader(f))
-        self._csv_file = open(self._csv_path, "w", newline="")  # noqa: SIM115
+        tmp = self._csv_path.with_name(".progress.csv.tmp")
+        try:
+            with open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(tmp, self._csv_path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        self._csv_file.close()
+        self._csv_file = open(self._csv_path, "ab", buffering=0)  # noqa: SIM115
         self._csv_fields = fields
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=fields)
-        self._csv.writeheader()
-        self._csv.writerows(rows)
 
     def close(self) -> None:
         self._csv_file.close()
 
 
 class TBXLogger:
-    """A TensorBoard event file: every finite number as ``rltrainer/<key>`` at ``timesteps_total``."""
+    """A TensorBoard event file: every finite number as ``rltrainer/<key>`` at ``timesteps_total``.
+
+    Written in this thread, one whole record per iteration (TensorBoard's TFRecord framing),
+    not through tensorboardX's writer thread: that thread dies on a write error (a full disk)
+    and its bounded queue then blocks the next iterations forever."""
 
     def __init__(self, config: dict[str, Any], logdir: str | Path) -> None:  # noqa: ARG002
-        summary_writer, self._summary = _import_tensorboardx()
-        self._tb = summary_writer(str(logdir), flush_secs=30)
+        self._summary, self._event, self._crc = _import_tensorboardx()
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
+        self._file = open(Path(logdir) / name, "ab", buffering=0)  # noqa: SIM115 (closed in close())
+        self._write(self._event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def on_result(self, result: dict[str, Any]) -> None:
-        # One Summary with every scalar: a protobuf per scalar (add_scalar) costs ~4 ms/iteration.
         values = [
             self._summary.Value(tag=f"rltrainer/{key}", simple_value=float(value))
             for key, value in flatten(result).items()
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         ]
-        self._tb.file_writer.add_summary(self._summary(value=values), int(result.get("timesteps_total", 0)))
+        step = int(result.get("timesteps_total", 0))
+        self._write(self._event(wall_time=time.time(), step=step, summary=self._summary(value=values)))
 
-    def flush(self) -> None:
-        self._tb.flush()
+    def _write(self, event: Any) -> None:
+        data = event.SerializeToString()
+        header = struct.pack("<Q", len(data))
+        crc = self._crc
+        append_whole(
+            self._file, header + struct.pack("<I", crc(header)) + data + struct.pack("<I", crc(data))
+        )
 
     def close(self) -> None:
-        self._tb.close()
+        self._file.close()
 
 
 #: ``logger_config`` type names -> the writers they stand for (Tune's names, dotted or not).
@@ -344,15 +385,38 @@ class ResultLogger:
     ) -> None:
         self.trial_dir = trial_dir
         self.storage = storage
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StorageError(f"cannot write results to {trial_dir}: {err.strerror or err}") from None
         if storage is not None:
             self._download_existing(storage)
-        (trial_dir / "params.json").write_text(json.dumps(_json_safe(params), indent=2, sort_keys=True))
+        try:
+            (trial_dir / "params.json").write_text(json.dumps(_json_safe(params), indent=2, sort_keys=True))
+        except OSError as err:
+            logger.warning("params.json not written to %s: %s", trial_dir, err.strerror or err)
         self.writers = [cls(params, str(trial_dir)) for cls in logger_classes(logger_config)]
+        self._failing: set[Any] = set()
 
     def log(self, result: dict[str, Any]) -> None:
+        """Give ``result`` to every writer. A writer that cannot write (a full disk) is warned
+        about once, and retried at every next result; training goes on."""
         for writer in self.writers:
-            writer.on_result(result)
+            try:
+                writer.on_result(result)
+            except OSError as err:
+                if writer not in self._failing:
+                    self._failing.add(writer)
+                    logger.warning(
+                        "%s could not write to %s (tried again every iteration): %s",
+                        type(writer).__name__,
+                        self.trial_dir,
+                        err.strerror or err,
+                    )
+                continue
+            if writer in self._failing:
+                self._failing.discard(writer)
+                logger.info("%s writes again", type(writer).__name__)
         if self.storage is not None:
             for writer in self.writers:
                 if callable(getattr(writer, "flush", None)):

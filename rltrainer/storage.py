@@ -18,9 +18,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,6 +90,25 @@ def parent_uri(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[0]
 
 
+def check_storage_path(uri: str | Path) -> None:
+    """Make sure a local ``storage_path`` is a folder this process can write to (creating it
+    if needed), so a bad one fails before training with ``StorageError`` saying why; ``s3://``
+    URIs are checked by their first write."""
+    if is_remote(uri):
+        return
+    folder = Path(uri).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".rltrainer_probe_"):
+            pass
+    except OSError as err:
+        where = f" ({err.filename})" if err.filename and str(err.filename) != str(folder) else ""
+        raise StorageError(
+            f"storage_path {str(uri)!r} is not a folder rltrainer can write to: "
+            f"{err.strerror or err}{where}; pass a writable folder or s3://bucket/prefix"
+        ) from None
+
+
 def open_storage(uri: str | Path, options: dict[str, Any] | None = None) -> Storage:
     """A ``Storage`` rooted at a local directory or ``s3://bucket/prefix``."""
     if is_remote(uri):
@@ -133,19 +154,33 @@ class Storage:
 
 
 class LocalStorage(Storage):
+    """Files under a local folder. Writes that fail (a full disk, a permission lost) raise
+    ``StorageError`` and leave no partial file behind, as S3's puts do."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.uri = str(root)
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        target = self.root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        with self._writing(path) as tmp:
+            tmp.write_bytes(data)
 
     def upload_file(self, local: Path, path: str) -> None:
+        with self._writing(path) as tmp:
+            shutil.copyfile(local, tmp)
+
+    @contextmanager
+    def _writing(self, path: str) -> Iterator[Path]:
+        """A temporary file beside ``path``, moved into place once written (whole or not at all)."""
         target = self.root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, target)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            os.replace(tmp, target)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"cannot write {target}: {err.strerror or err}") from None
 
     def read_bytes(self, path: str) -> bytes:
         return (self.root / path).read_bytes()
@@ -336,6 +371,7 @@ __all__ = [
     "Storage",
     "StorageError",
     "check_storage_options",
+    "check_storage_path",
     "is_remote",
     "join_uri",
     "open_storage",

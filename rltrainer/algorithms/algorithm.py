@@ -49,7 +49,7 @@ from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.offline.output_writer import redirect_output, resolve_output
 from rltrainer.policy import Policy
 from rltrainer.results import ResultLogger, add_rllib_keys, flatten, perf_metrics, result_keys_for
-from rltrainer.storage import StorageError, is_remote, join_uri, open_storage, parent_uri
+from rltrainer.storage import StorageError, check_storage_path, is_remote, join_uri, open_storage, parent_uri
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +129,8 @@ class Algorithm(Trainable):
             torch.manual_seed(config.seed)
         # Under Tune, results and outputs go to the trial's folder that Tune syncs to its storage.
         self._trial_uri: str | None = str(self._logdir) if self._under_tune else None
+        if not self._under_tune:
+            check_storage_path(config.storage_path)  # a bad folder fails here, not at the first result
         if config.output is not None:  # "logdir" (the trial folder) and relative paths: the driver's
             config._output_path = resolve_output(config.output, lambda: self.trial_uri)
         # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.
