@@ -26,6 +26,11 @@ class ResourceError(RLTrainerError):
     """The cluster cannot provide the resources an algorithm asks for."""
 
 
+class NumericalError(RLTrainerError):
+    """NaN or infinity where training cannot go on: in an env's observations or rewards (naming
+    the env runner, sub-env and step) or in a loss (naming its non-finite terms)."""
+
+
 class WorkerError(RuntimeError):
     """A remote env runner or learner died or did not answer in time."""
 

@@ -192,7 +192,7 @@ class AlgorithmConfig(BaseModel):
             "store_buffer_in_checkpoints",
         ),
         "callbacks": ("callbacks_class",),
-        "debugging": ("log_level", "seed", "logger_config"),
+        "debugging": ("log_level", "seed", "logger_config", "on_nonfinite"),
         "offline_data": ("output", "output_config", "output_max_file_size"),
         "fault_tolerance": (
             "restart_failed_env_runners",
@@ -347,6 +347,10 @@ class AlgorithmConfig(BaseModel):
     # --- debugging ---------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARN", "WARNING", "ERROR"] = "WARN"
     """Level of the ``rltrainer`` logger."""
+    on_nonfinite: Literal["stop", "skip_batch"] = "stop"
+    """NaN or infinity in an env's observations or rewards, or in a loss: ``"stop"`` ends training
+    with a ``NumericalError`` saying where (env runner, sub-env and step; or the loss terms);
+    ``"skip_batch"`` warns and drops it (the fragment's steps, or the gradient step) instead."""
     seed: int | None = None
     """Seeds torch, numpy and the envs (each env gets its own derived seed), in the driver, the
     env runners and the learners: the same seed and config give the same results."""

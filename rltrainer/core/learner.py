@@ -7,6 +7,9 @@ store as plain tensors (safetensors) and JSON.
 
 from __future__ import annotations
 
+import logging
+import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,10 +18,13 @@ from torch import nn
 
 from rltrainer.algorithms.callbacks import call_hook, make_callbacks, overrides
 from rltrainer.core.optim import Adam, FlatParameters
+from rltrainer.errors import NumericalError
 from rltrainer.policy import as_tensor
 from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.sample_batch import SampleBatch, written_columns
 from rltrainer.utils.schedules import PiecewiseSchedule
+
+logger = logging.getLogger(__name__)
 
 ADAM_EPS = 1e-5  # SB3's and CleanRL's Adam epsilon for on-policy training.
 
@@ -38,6 +44,7 @@ class Learner:
         self.lr_schedule = PiecewiseSchedule(config.lr)
         self.flat_params = FlatParameters(self.module)
         self.optimizer = Adam(self.flat_params, lr=self.lr_schedule(0), eps=ADAM_EPS)
+        self.skipped_steps = 0  # gradient steps skipped for a non-finite loss (skip_batch)
         self.init_callbacks()
 
     def init_callbacks(self) -> None:
@@ -106,6 +113,32 @@ class Learner:
     def set_lr_for(self, timestep: int) -> float:
         self.optimizer.lr = self.lr_schedule(timestep)
         return self.optimizer.lr
+
+    def loss_is_finite(self, loss: torch.Tensor, terms: Callable[[], dict[str, float]]) -> bool:
+        """Whether ``loss`` is finite (one device sync). If not, stop with a ``NumericalError``
+        naming the non-finite ``terms()``, or with ``on_nonfinite="skip_batch"`` warn and return
+        False: the caller skips this gradient step. With several learners they decide together
+        (a learner skipping DDP's backward would leave the others waiting in its all-reduce)."""
+        finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        if bool(finite.item()):
+            return True
+        values = terms()
+        bad = [name for name, value in values.items() if not math.isfinite(value)]
+        shown = ", ".join(f"{name}={value:.4g}" for name, value in values.items())
+        named = f"{', '.join(bad)} not finite" if bad else "not finite on another learner"
+        message = f"{type(self).__name__}: the loss is {named} ({shown}; lr {self.optimizer.lr:.3g})"
+        if self.config.on_nonfinite == "stop":
+            raise NumericalError(
+                f"{message}; lower lr, clip gradients (grad_clip), or set "
+                ".debugging(on_nonfinite='skip_batch') to skip such steps"
+            )
+        self.skipped_steps += 1
+        logger.warning("%s: gradient step skipped (on_nonfinite='skip_batch')", message)
+        return False
 
     def apply_gradients(self, loss: torch.Tensor) -> None:
         self.flat_params.zero_grad()

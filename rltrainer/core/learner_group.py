@@ -17,7 +17,7 @@ import torch
 
 from rltrainer.core.cluster import Placement, learner_bundle
 from rltrainer.core.learner import Learner
-from rltrainer.errors import WorkerError
+from rltrainer.errors import NumericalError, WorkerError
 
 LearnerFactory = Callable[[str], Learner]  # device -> learner
 
@@ -179,6 +179,8 @@ class LearnerGroup:
 
         try:
             return ray.get(refs)
+        except NumericalError as err:  # a non-finite loss: the data or the settings, not the actor
+            raise NumericalError(str(getattr(err, "cause", None) or err)) from None
         except RayActorError as err:
             cause = str(err).strip().splitlines()[0]
             raise WorkerError(f"a learner actor died: {cause}") from None

@@ -27,6 +27,7 @@ from rltrainer.core.filters import NoFilter, make_filter
 from rltrainer.env.apis.task_settable_env import TaskSettableEnv, carry_task, find_task_settable
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.episode import EpisodeTracker
+from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError
 from rltrainer.offline.output_writer import make_output_writer
@@ -165,6 +166,12 @@ class EnvRunner:
         self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self._episodes: list[EpisodeStats] = []
         self._recreated: np.ndarray | None = None  # envs recreated after a crash in the last step
+        self._guard = FiniteGuard(
+            config.on_nonfinite,
+            worker_index,
+            config.env_name,
+            config.num_consecutive_env_runner_failures_tolerance,
+        )
         # Only explorations that override the hook (e.g. OU noise) are told about episode ends.
         self._notify_episode_ends = (
             type(self.policy.exploration).on_episodes_done is not Exploration.on_episodes_done
@@ -371,6 +378,8 @@ class EnvRunner:
             t += 1
         last_obs = self._observe(update_filter=False)
         batch = {k: _stack_steps(v) for k, v in columns.items()}
+        if self._guard.end_fragment():  # NaN/inf seen with on_nonfinite="skip_batch": no step counts
+            batch["valid"] = np.zeros_like(batch["valid"])
         raw_rewards = batch["rewards"].astype(np.float32, copy=False)
         ended = self._close_episodes(raw_rewards, batch["valid"], batch["terminateds"] | batch["truncateds"])
         self._episodes.extend(self._with_custom_metrics(episode for _, episode in ended))
@@ -407,6 +416,7 @@ class EnvRunner:
             next_obs, rewards, terminateds, truncateds, infos = self.env.step(out["env_actions"])
         except Exception as err:
             raise EnvStepError(f"env.step() raised {type(err).__name__}: {err}") from err
+        rewards = self._guard.check("reward", np.asarray(rewards), self.policy.global_timestep)
         valid = ~self._prev_done if frozen is None else ~self._prev_done & ~frozen
         if update_filter:  # training steps advance the exploration schedules; evaluation doesn't
             self.policy.global_timestep += np.count_nonzero(valid)
@@ -429,7 +439,9 @@ class EnvRunner:
 
     def _observe(self, update_filter: bool) -> np.ndarray:
         """The envs' current observations, flattened and filtered."""
-        flat = self.policy.preprocessor.transform(self._obs)
+        flat = self._guard.check(
+            "observation", self.policy.preprocessor.transform(self._obs), self.policy.global_timestep
+        )
         return flat if self._unfiltered else self.filter(flat, update=update_filter)
 
     def _close_episodes(

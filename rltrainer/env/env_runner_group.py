@@ -18,7 +18,7 @@ from rltrainer.core.cluster import Placement, env_runner_bundle
 from rltrainer.env.apis.task_settable_env import resolve_env_task_fn
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
 from rltrainer.env.registry import registered_creators
-from rltrainer.errors import CallbackError, WorkerError
+from rltrainer.errors import CallbackError, NumericalError, WorkerError
 
 logger = logging.getLogger(__name__)
 
@@ -386,6 +386,8 @@ class EnvRunnerGroup:
                 results[index] = ray.get(ref)
             except CallbackError as err:  # the user's code, not the runner, failed: no restart
                 raise CallbackError(str(getattr(err, "cause", None) or err)) from None
+            except NumericalError as err:  # the env's data, not the runner: no restart either
+                raise NumericalError(str(getattr(err, "cause", None) or err)) from None
             except RayActorError as err:
                 failures[index] = f"died during {what}: {_first_line(err)}"
             except RayTaskError as err:

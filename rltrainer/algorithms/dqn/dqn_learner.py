@@ -50,7 +50,11 @@ class DQNLearner(Learner):
     def update_from_batch(self, batch: ReplayBatch, timestep: int) -> dict[str, float]:
         lr = self.set_lr_for(timestep)
         loss, td_error, q_taken = self.compute_loss(batch)
-        self.apply_gradients(loss)
+        terms = lambda: {"td_loss": float(loss), "q_taken_mean": float(q_taken.mean())}  # noqa: E731
+        if self.loss_is_finite(loss, terms):
+            self.apply_gradients(loss)
+        else:  # skipped (on_nonfinite="skip_batch"): no NaN priorities for the replay buffer
+            td_error = torch.nan_to_num(td_error, nan=0.0, posinf=0.0, neginf=0.0)
         if timestep - self.last_target_update >= self.config.target_network_update_freq:
             self.target.update(self.flat_params.data, self.config.tau)
             self.last_target_update = timestep

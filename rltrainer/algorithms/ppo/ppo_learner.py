@@ -41,6 +41,10 @@ class PPOLearner(Learner):
         # Advantage normalization over the whole batch (RLlib; SB3 does it per minibatch).
         data = data._replace(advantages=(advantages - advantages.mean()) / (advantages.std() + 1e-8))
         size = data.obs.shape[0]
+        if size == 0:  # every fragment dropped (on_nonfinite="skip_batch"): nothing to learn from
+            nan = float("nan")
+            stats = dict.fromkeys(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), nan)
+            return {**stats, "vf_explained_var": nan, "cur_lr": lr, "cur_kl_coeff": self.kl_coeff}
         # minibatch_size is per synchronized step: each of the learners takes its share. A
         # minibatch as large as the train batch means full-batch steps over whatever was sampled.
         full_batch = cfg.minibatch_size >= cfg.train_batch_size
@@ -59,9 +63,13 @@ class PPOLearner(Learner):
                 ]
             for mb in minibatches:
                 loss, mb_stats = self.compute_loss(mb, last_epoch)
+                if not self.loss_is_finite(loss, lambda mb=mb: self.loss_terms(mb)):
+                    continue  # on_nonfinite="skip_batch"
                 self.apply_gradients(loss)
                 if last_epoch:
                     stats.append(mb_stats)
+        if not stats:  # every step of the last epoch skipped
+            stats.append(torch.full((6,), float("nan"), device=self.device))
         mean = self.mean_across_learners(torch.stack(stats).mean(0)).tolist()
         result = dict(
             zip(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), mean, strict=True)
@@ -137,6 +145,13 @@ class PPOLearner(Learner):
             clipfrac = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
             stats = torch.stack([pg_loss, vf_loss, dist.entropy().mean(), approx_kl, clipfrac, loss])
         return loss, stats
+
+    @torch.no_grad()
+    def loss_terms(self, mb: PPOBatch) -> dict[str, float]:
+        """The loss's terms on ``mb``, by name (for a message about a non-finite loss)."""
+        _, stats = self.compute_loss(mb, with_stats=True)
+        names = ("policy_loss", "vf_loss", "entropy", "kl")
+        return dict(zip(names, stats[:4].tolist(), strict=True))
 
     def _adapt_kl_coeff(self, kl: float) -> None:
         # Adaptive KL penalty (PPO paper, section 4), with RLlib's factors 1.5 and 0.5.

@@ -154,7 +154,9 @@ class SACLearner(Learner):
         if timestep - self.last_target_update >= self.config.target_network_update_freq:
             self.target.update(self.critic_params.data, self.config.tau)
             self.last_target_update = timestep
-        self.last_td_errors = (q_values[0] - q_target).detach().cpu().numpy()
+        td_errors = (q_values[0] - q_target).detach()
+        # No NaN priorities for the replay buffer from a skipped step (on_nonfinite="skip_batch").
+        self.last_td_errors = torch.nan_to_num(td_errors, nan=0.0, posinf=0.0, neginf=0.0).cpu().numpy()
         stats = torch.stack(
             [
                 critic_loss.detach(),
@@ -171,6 +173,8 @@ class SACLearner(Learner):
 
     def _step(self, name: str, loss: torch.Tensor, inputs: list[torch.Tensor] | None = None) -> None:
         params = {"actor": self.actor_params, "critic": self.critic_params, "alpha": self.alpha_params}[name]
+        if not self.loss_is_finite(loss, lambda: {f"{name}_loss": float(loss)}):
+            return  # on_nonfinite="skip_batch"
         params.zero_grad()
         # inputs: only the actor's gradients (backpropagating through the critics to the action
         # without accumulating gradients into the critics' weights).
