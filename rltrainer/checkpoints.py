@@ -144,6 +144,10 @@ class Checkpoint:
         check_file_names(metadata, where)
         for name, expected in metadata["files"].items():
             file = path / name
+            if file.is_symlink():  # it could point anywhere: only the folder's own files are read
+                raise CheckpointError(
+                    f"checkpoint {where!r}: {name} is a symbolic link; checkpoint files must be plain files"
+                )
             if not file.is_file():
                 raise CheckpointError(f"checkpoint {where!r} is incomplete: {name} is missing")
             if describe_file(file) != expected:

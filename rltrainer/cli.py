@@ -13,6 +13,7 @@ argument errors answer at once instead of after ~2 s of imports.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -754,9 +755,36 @@ def _size(num_bytes: float) -> str:
 # --- entry point ----------------------------------------------------------------------------
 
 
+def _unknown_option(parser: argparse.ArgumentParser, argv: list[str]) -> int | None:
+    """An unknown ``--flag`` of a command, said as such (exit 2). argparse would otherwise take
+    the flag's value for ``train``'s ``file`` subcommand and say "invalid choice: '0.1'"."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    if not argv or argv[0] not in commands:
+        return None
+    command = commands[argv[0]]
+    known: set[str] = set()
+    for sub in [command, *(getattr(a, "choices", None) or {} for a in command._actions)]:
+        for value in sub.values() if isinstance(sub, dict) else [sub]:
+            if isinstance(value, argparse.ArgumentParser):
+                known.update(s for a in value._actions for s in a.option_strings)
+    for arg in argv[1:]:
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and name not in known:
+            hint = difflib.get_close_matches(name, sorted(known), n=1)
+            print(f"usage: {command.format_usage().removeprefix('usage: ').strip()}", file=sys.stderr)
+            suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+            print(f"{command.prog}: error: unrecognized argument {name}{suggestion}", file=sys.stderr)
+            return EXIT_USAGE
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``rltrainer`` command; returns the exit status."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    unknown = _unknown_option(parser, argv)
+    if unknown is not None:
+        return unknown
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version, or a usage error argparse reported

@@ -90,11 +90,18 @@ def parent_uri(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[0]
 
 
-def check_storage_path(uri: str | Path) -> None:
-    """Make sure a local ``storage_path`` is a folder this process can write to (creating it
-    if needed), so a bad one fails before training with ``StorageError`` saying why; ``s3://``
-    URIs are checked by their first write."""
+def check_storage_path(uri: str | Path, options: dict[str, Any] | None = None) -> None:
+    """Make sure ``storage_path`` can be used before training starts, else ``StorageError``
+    saying why: a local one must be a folder this process can write to (created if needed);
+    for ``s3://`` the bucket must answer a listing of the prefix with these credentials (a
+    missing bucket, no credentials or an endpoint that is down fail here, not as warnings at
+    every iteration; write permission shows at the first write)."""
     if is_remote(uri):
+        storage = S3Storage(str(uri), options or {})
+        try:
+            storage.probe()
+        except StorageError as err:
+            raise StorageError(f"storage_path {str(uri)!r} cannot be used: {err}") from None
         return
     folder = Path(uri).expanduser()
     try:
@@ -281,6 +288,13 @@ class S3Storage(Storage):
     def delete(self, path: str) -> None:
         key = self._key(path)
         self._call("delete", path, lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
+
+    def probe(self) -> None:
+        """List at most one key under the prefix: the bucket, credentials and endpoint work."""
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        self._call(
+            "list", "", lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1)
+        )
 
     def _call(self, verb: str, path: str, operation: Callable[[], T]) -> T:
         """Run ``operation``, retrying transient errors; translate the rest."""

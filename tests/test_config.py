@@ -78,6 +78,7 @@ VALID_VALUES = {
     "checkpoint_frequency": 3,
     "checkpoint_at_end": True,
     "log_level": "INFO",
+    "on_nonfinite": "skip_batch",
     "seed": 7,
     "logger_config": {"type": ["json", "csv"]},
     "output": "logdir",

@@ -11,6 +11,7 @@ import pytest
 
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.env import EnvContext, register_env, registered_envs
+from rltrainer.errors import EnvError
 from tests import envs
 
 
@@ -248,7 +249,12 @@ def test_failed_sub_environment_is_recreated_and_its_episode_dropped(tmp_path):
 def test_failing_env_without_restarts_names_the_error(tmp_path):
     algo = tiny_config(tmp_path, "tests.envs:FailingEnv", env_config={"fail_every": 3}).build()
     try:
-        with pytest.raises(RuntimeError, match="env.step\\(\\) raised RuntimeError: simulated env crash"):
+        # One line (an EnvError: the CLI says it without a traceback), with where the env raised.
+        expected = (
+            r"env 'tests.envs:FailingEnv': step\(\) raised RuntimeError: simulated env crash "
+            r"\(at .*envs.py:\d+ in step\)"
+        )
+        with pytest.raises(EnvError, match=expected):
             algo.train()
     finally:
         algo.stop()

@@ -92,7 +92,10 @@ def test_gaussian_noise_random_then_annealed():
     random, _ = exploration.get_exploration_action(gaussian_dist(), timestep=0, explore=True)
     assert random.min() < -0.9 and random.max() > 0.9  # uniform over [-1, 1]
     noisy, _ = exploration.get_exploration_action(gaussian_dist(), timestep=10, explore=True)
-    assert noisy[:, 0].std() == pytest.approx(0.5, rel=0.15)  # full scale right after the random phase
+    # Full scale right after the random phase: N(0.5, 0.5) clipped to [-1, 1] (the clip at one
+    # stddev above the mean narrows it to about 0.41).
+    clipped = np.clip(0.5 + 0.5 * np.random.default_rng(1).standard_normal(200_000), -1.0, 1.0)
+    assert noisy[:, 0].std() == pytest.approx(clipped.std(), rel=0.1)
     assert np.all(np.abs(noisy) <= 1.0)
     assert exploration.scale(60) == pytest.approx(0.5)
     quiet, _ = exploration.get_exploration_action(gaussian_dist(), timestep=110, explore=True)

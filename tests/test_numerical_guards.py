@@ -175,7 +175,8 @@ def test_the_cli_says_it_in_one_line(tmp_path, capsys):
 def test_a_remote_env_runner_stops_training_instead_of_being_restarted():
     algo = config({"what": "reward"}).env_runners(num_env_runners=1).build()
     try:
-        with pytest.raises(NumericalError, match=r"^env runner 1 \(Spoiled\): the reward of sub-env \d is nan"):
+        expected = r"^env runner 1 \(Spoiled\): the reward of sub-env \d is nan"
+        with pytest.raises(NumericalError, match=expected):
             algo.train()
         assert algo.env_runner_group.num_restarts == 0 and not algo.env_runner_group._restart_at
     finally:

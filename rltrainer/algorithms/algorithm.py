@@ -130,7 +130,8 @@ class Algorithm(Trainable):
         # Under Tune, results and outputs go to the trial's folder that Tune syncs to its storage.
         self._trial_uri: str | None = str(self._logdir) if self._under_tune else None
         if not self._under_tune:
-            check_storage_path(config.storage_path)  # a bad folder fails here, not at the first result
+            # A bad folder or bucket fails here, not at the first result.
+            check_storage_path(config.storage_path, config.storage_options)
         if config.output is not None:  # "logdir" (the trial folder) and relative paths: the driver's
             config._output_path = resolve_output(config.output, lambda: self.trial_uri)
         # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.

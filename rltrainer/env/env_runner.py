@@ -13,6 +13,8 @@ observation, which is what a truncated episode bootstraps from.
 from __future__ import annotations
 
 import logging
+import os
+import traceback
 import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -29,7 +31,7 @@ from rltrainer.env.env_context import EnvContext
 from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
-from rltrainer.errors import ConfigError, EnvError
+from rltrainer.errors import ConfigError, EnvError, RLTrainerError
 from rltrainer.offline.output_writer import make_output_writer
 from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.sample_batch import SampleBatch, written_columns
@@ -95,8 +97,31 @@ class _Step(NamedTuple):
     valid: np.ndarray
 
 
-class EnvStepError(RuntimeError):
-    """An env raised in ``reset()`` or ``step()`` (the original error is its ``__cause__``)."""
+class EnvStepError(EnvError):
+    """An env raised in ``reset()`` or ``step()`` (the original error is its ``__cause__``).
+
+    Its message is one line: the env, the call, the error and where in the user's code it was
+    raised (``file:line in function``), so the CLI can say it without a traceback."""
+
+    @classmethod
+    def of(cls, env: Any, call: str, err: Exception, space: Any) -> EnvStepError:
+        where = _raised_at(err)
+        hint = ""
+        if isinstance(err, ValueError) and "shape" in str(err):  # gymnasium's batching of observations
+            hint = f"; an observation does not fit the observation space {space}"
+        return cls(f"env {env!r}: {call} raised {type(err).__name__}: {err}{where}{hint}")
+
+
+def _raised_at(err: BaseException) -> str:
+    """`` (at file:line in function)`` of the innermost frame outside gymnasium, numpy and
+    rltrainer (the user's env), else of the innermost frame."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return ""
+    libraries = ("/gymnasium/", "/numpy/", f"{os.sep}rltrainer{os.sep}", f"{os.sep}functools.py")
+    own = [frame for frame in frames if not any(part in frame.filename for part in libraries)]
+    frame = (own or frames)[-1]
+    return f" (at {frame.filename}:{frame.lineno} in {frame.name})"
 
 
 class EpisodeStats(NamedTuple):
@@ -246,13 +271,20 @@ class EnvRunner:
 
     def _make_envs(self) -> gym.vector.VectorEnv:
         per_env = overrides(self.callbacks, "on_sub_environment_created")
-        env = make_vector_env(
-            self.config.env,
-            self._ctx,
-            self.config.num_envs_per_env_runner,
-            restart_failed=self.config.restart_failed_sub_environments,
-            sub_envs=per_env,  # the hook gets each env object, so no natively batched env
-        )
+        try:
+            env = make_vector_env(
+                self.config.env,
+                self._ctx,
+                self.config.num_envs_per_env_runner,
+                restart_failed=self.config.restart_failed_sub_environments,
+                sub_envs=per_env,  # the hook gets each env object, so no natively batched env
+            )
+        except RLTrainerError:
+            raise
+        except Exception as err:  # the env's own constructor: say where, in one line
+            raise EnvError(
+                f"env {self.config.env!r}: creating it raised {type(err).__name__}: {err}{_raised_at(err)}"
+            ) from err
         call_hook(
             self.callbacks,
             "on_environment_created",
@@ -330,7 +362,7 @@ class EnvRunner:
         try:
             self._obs, infos = self.env.reset(seed=seed)
         except Exception as err:
-            raise EnvStepError(f"env.reset() raised {type(err).__name__}: {err}") from err
+            raise EnvStepError.of(self.config.env, "reset()", err, self.observation_space) from err
         if self._tracker is not None:
             self._tracker.after_reset(self._obs, infos)
         self._prev_done[:] = False
@@ -415,7 +447,7 @@ class EnvRunner:
         try:
             next_obs, rewards, terminateds, truncateds, infos = self.env.step(out["env_actions"])
         except Exception as err:
-            raise EnvStepError(f"env.step() raised {type(err).__name__}: {err}") from err
+            raise EnvStepError.of(self.config.env, "step()", err, self.observation_space) from err
         rewards = self._guard.check("reward", np.asarray(rewards), self.policy.global_timestep)
         valid = ~self._prev_done if frozen is None else ~self._prev_done & ~frozen
         if update_filter:  # training steps advance the exploration schedules; evaluation doesn't

@@ -29,8 +29,22 @@ class Preprocessor:
         return _flatten(self.space, batch)
 
     def transform_one(self, obs: Any) -> np.ndarray:
-        """One observation -> float32 array ``[1, size]``."""
-        return _flatten(self.space, _add_batch_axis(self.space, obs))
+        """One observation -> float32 array ``[1, size]``; ``EnvError`` when it does not fit the
+        observation space (a user's call, e.g. ``compute_single_action``, not the env's)."""
+        try:
+            flat = _flatten(self.space, _add_batch_axis(self.space, obs))
+        except (ValueError, TypeError, KeyError, IndexError) as err:
+            flat, problem = None, f"{type(err).__name__}: {err}"
+        if flat is None or flat.shape != (1, self.size):
+            array_like = isinstance(obs, np.ndarray | list | int | float)
+            got = (
+                f"an observation of shape {np.shape(obs)}"
+                if array_like
+                else f"{type(obs).__name__} {obs!r:.80}"
+            )
+            detail = f" ({problem})" if flat is None else ""
+            raise EnvError(f"{got} does not fit the observation space {self.space}{detail}")
+        return flat
 
 
 def _flat_size(space: spaces.Space) -> int:
