@@ -227,6 +227,7 @@ class ProgressWriter:
             "last_checkpoint": checkpoint,
             "num_healthy_env_runners": flat.get("num_healthy_env_runners"),
             "num_env_runner_restarts": flat.get("num_env_runner_restarts"),
+            "num_learner_restarts": flat.get("num_learner_restarts"),
             "trial": str(self.algo.trial_uri),
             "finished": finished_by is not None,
             "stopped_by": finished_by,

@@ -88,6 +88,7 @@ BASE_RESULT_KEYS: tuple[str, ...] = (
     "num_env_steps_sampled_per_s",
     "num_healthy_env_runners",
     "num_env_runner_restarts",
+    "num_learner_restarts",
 )
 
 #: Numeric keys under ``evaluation/`` (results of iterations that evaluated).

@@ -102,6 +102,9 @@ VALID_VALUES = {
     "restart_failed_sub_environments": True,
     "num_consecutive_env_runner_failures_tolerance": 5,
     "env_runner_health_probe_timeout_s": 10.0,
+    "restart_failed_learners": False,
+    "max_num_learner_restarts": 2,
+    "learner_restart_timeout_s": 30.0,
 }
 
 SECTION_KEYS = [(section, key) for section, keys in PPOConfig.SECTIONS.items() for key in keys]

@@ -247,6 +247,13 @@ class FaultTolerance(_Model):
     envRunnerRestartDelaySeconds: int = Field(default=60, ge=0)
     """Seconds between a crashed env runner and its replacement (training goes on meanwhile;
     rltrainer's and RLlib's ``delay_between_env_runner_restarts_s``)."""
+    restartFailedLearners: bool = True
+    """Replace the learners when one dies (its pod lost, its process killed): the driver waits for
+    the bundle to be placed again and retries the update, instead of failing the job."""
+    maxLearnerRestarts: int = Field(default=1000, ge=0)
+    """Learner-group restarts allowed per run before the job fails."""
+    learnerRestartTimeoutSeconds: int = Field(default=600, ge=1, le=86400)
+    """How long the driver waits for replaced learners to come up (a new pod for a lost one)."""
 
 
 class RayAuth(_Model):
@@ -434,6 +441,10 @@ class ExperimentStatus(_Model):
     driverEnvRunnerRestarts: int | None = None
     """The current driver's own count of those, as last read (each attempt starts at 0):
     envRunnerRestarts adds its increases, and a drop means a new driver (a counter reset)."""
+    learnerRestarts: int | None = None
+    """Learner groups replaced after a learner died (the job went on), over every attempt."""
+    driverLearnerRestarts: int | None = None
+    """The current driver's own count of those, as last read (see driverEnvRunnerRestarts)."""
     healthyEnvRunners: int | None = None
     """Env runners the current driver has that answer."""
     startTime: str | None = None

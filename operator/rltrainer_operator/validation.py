@@ -65,6 +65,9 @@ OWNED_CONFIG_KEYS: dict[str, str] = {
     "restart_failed_env_runners": "spec.faultTolerance.restartFailedEnvRunners",
     "max_num_env_runner_restarts": "spec.faultTolerance.maxEnvRunnerRestarts",
     "delay_between_env_runner_restarts_s": "spec.faultTolerance.envRunnerRestartDelaySeconds",
+    "restart_failed_learners": "spec.faultTolerance.restartFailedLearners",
+    "max_num_learner_restarts": "spec.faultTolerance.maxLearnerRestarts",
+    "learner_restart_timeout_s": "spec.faultTolerance.learnerRestartTimeoutSeconds",
     "placement_timeout_s": "the operator (its provision timeout: worker pods may still be starting)",
 }
 

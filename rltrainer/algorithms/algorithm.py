@@ -265,6 +265,7 @@ class Algorithm(Trainable):
             "num_env_steps_sampled_per_s": self._iteration_samples / max(elapsed, 1e-9),
             "num_healthy_env_runners": sum(1 for r in self.env_runner_group.remote_workers if r is not None),
             "num_env_runner_restarts": self.env_runner_group.num_restarts,
+            "num_learner_restarts": self.learner_group.num_restarts,
             **stats,
             "timers": {
                 "training_iteration_time_ms": elapsed * 1000.0,

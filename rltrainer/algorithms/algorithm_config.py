@@ -202,6 +202,9 @@ class AlgorithmConfig(BaseModel):
             "restart_failed_sub_environments",
             "num_consecutive_env_runner_failures_tolerance",
             "env_runner_health_probe_timeout_s",
+            "restart_failed_learners",
+            "max_num_learner_restarts",
+            "learner_restart_timeout_s",
         ),
         "resources": (
             "num_gpus",
@@ -385,6 +388,13 @@ class AlgorithmConfig(BaseModel):
     """Failures in a row of one env runner after which training stops with an error."""
     env_runner_health_probe_timeout_s: float = Field(30.0, gt=0)
     """How long a restarted env runner has to answer its first health probe."""
+    restart_failed_learners: bool = True
+    """Replace the learner actors when one dies (all of them, in their bundles, from the driver's
+    copy of the last update's state) and run the failed update again."""
+    max_num_learner_restarts: int = Field(1000, ge=0)
+    """Learner-group restarts allowed over the whole run before a dead learner is fatal."""
+    learner_restart_timeout_s: float = Field(600.0, gt=0)
+    """How long restarted learners have to come up (a lost node's bundle waits for a new node)."""
 
     # --- resources ---------------------------------------------------------------
     num_gpus: float = Field(0, ge=0)

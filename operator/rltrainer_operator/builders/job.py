@@ -40,6 +40,9 @@ def driver_config(spec: ExperimentSpec, settings: Settings) -> dict[str, Any]:
         "restart_failed_env_runners": spec.faultTolerance.restartFailedEnvRunners,
         "max_num_env_runner_restarts": spec.faultTolerance.maxEnvRunnerRestarts,
         "delay_between_env_runner_restarts_s": spec.faultTolerance.envRunnerRestartDelaySeconds,
+        "restart_failed_learners": spec.faultTolerance.restartFailedLearners,
+        "max_num_learner_restarts": spec.faultTolerance.maxLearnerRestarts,
+        "learner_restart_timeout_s": spec.faultTolerance.learnerRestartTimeoutSeconds,
         # Worker pods may still be starting when the driver asks for its placement group.
         "placement_timeout_s": settings.provision_timeout_s,
     }

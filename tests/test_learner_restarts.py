@@ -1,0 +1,131 @@
+"""Learner fault tolerance: learner actors SIGKILLed during training are replaced, and the
+update they were in is run again from the driver's copy of the state (no update lost or doubled).
+
+Each test kills a learner process several times while ``train()`` runs (a thread fires at a
+random point of the iteration: mostly inside the update, sometimes before it), on a real local
+Ray instance.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from rltrainer.algorithms.ppo import PPOConfig
+from rltrainer.errors import WorkerError
+
+pytestmark = pytest.mark.usefixtures("local_ray")
+
+EPOCHS, MINIBATCHES = 8, 2  # Adam steps per update: 16
+
+
+def config(num_learners: int, **fault_tolerance) -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=64)
+        .training(train_batch_size=256, minibatch_size=256 // MINIBATCHES, num_epochs=EPOCHS)
+        .resources(num_learners=num_learners)
+        .fault_tolerance(**fault_tolerance)
+        .debugging(seed=1, log_level="ERROR")
+        .reporting(metrics_num_episodes_for_smoothing=5)
+    )
+
+
+def learner_pids(algo) -> list[int]:
+    return algo.learner_group.foreach_learner(lambda _learner: os.getpid())
+
+
+def train_while_killing(algo, pid: int, delay_s: float) -> dict:
+    """One ``train()`` while a thread SIGKILLs ``pid`` ``delay_s`` into it."""
+    killer = threading.Timer(delay_s, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    try:
+        return algo.train()
+    finally:
+        killer.join()
+
+
+def adam_steps(algo) -> list[int]:
+    return algo.learner_group.foreach_learner(lambda learner: int(learner.optimizer.step_count))
+
+
+@pytest.mark.parametrize("num_learners", [1, 2])
+def test_sigkilled_learners_are_replaced_and_no_update_is_lost(num_learners):
+    algo = config(num_learners, max_num_learner_restarts=5).build()
+    rng = random.Random(num_learners)
+    try:
+        algo.train()  # the first iteration also warms up; the second is a typical one
+        iteration_s = algo.train()["time_this_iter_s"]
+        during_train = 0
+        for _ in range(5):
+            pids = learner_pids(algo)
+            before = algo.learner_group.num_restarts
+            # A random point of the iteration: mostly the update (the longer part), or sampling.
+            result = train_while_killing(algo, rng.choice(pids), rng.uniform(0.1, 0.8) * iteration_s)
+            during_train += result["num_learner_restarts"] - before
+            assert set(learner_pids(algo)).isdisjoint(pids), "the whole group is new"
+        # A kill that came after train() returned was found by learner_pids, and restarted there.
+        assert during_train >= 3, f"only {during_train} of 5 kills landed in train()"
+        result = algo.train()
+        iterations = result["training_iteration"]
+        assert iterations == 8 and result["num_learner_restarts"] == 5
+        # Every update ran exactly once on the state before it: Adam's step count says so.
+        steps = iterations * EPOCHS * MINIBATCHES
+        assert adam_steps(algo) == [steps] * num_learners
+        assert algo.learner_group.get_state()["optimizer"]["step"] == steps
+        # The learners agree with each other and with the driver's mirror (what env runners use).
+        mirror = algo.learner_group.get_weights()
+        for weights in algo.learner_group.foreach_learner(lambda learner: learner.get_weights()):
+            for name, tensor in weights.items():
+                assert torch.equal(tensor, mirror[name]), name
+        # The sixth death is one too many.
+        os.kill(learner_pids(algo)[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match="max_num_learner_restarts=5 restarts are used up"):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+def test_without_restarts_a_dead_learner_is_one_error():
+    algo = config(1, restart_failed_learners=False).build()
+    try:
+        os.kill(learner_pids(algo)[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match=r"a learner actor died: .*\(restart_failed_learners=False\)"):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+def test_learners_that_cannot_be_placed_again_time_out_with_a_message():
+    """A restart waits for the bundle (a lost node coming back), within learner_restart_timeout_s."""
+    import ray
+
+    algo = config(1).build()
+    try:
+        # Shorter than the learners' first start may take on a loaded machine: set after build.
+        algo.learner_group.config = algo.config.model_copy(update={"learner_restart_timeout_s": 1.0})
+        # Something else takes the dead learner's CPU in its bundle and keeps it.
+        options = algo._placement.actor_options({"CPU": 1}, algo._placement.learner_bundle(0))
+        squatter = ray.remote(_Sleeper).options(**options).remote()
+        os.kill(learner_pids(algo)[0], signal.SIGKILL)
+        ray.get(squatter.ready.remote(), timeout=30)
+        started = time.monotonic()
+        with pytest.raises(WorkerError, match=r"did not start within learner_restart_timeout_s=1 s"):
+            algo.train()
+        assert time.monotonic() - started < 10
+        assert algo.learner_group.num_restarts == 1
+        ray.kill(squatter)
+    finally:
+        algo.stop()
+
+
+class _Sleeper:
+    def ready(self) -> bool:
+        return True
