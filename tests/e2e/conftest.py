@@ -1,8 +1,10 @@
 """End-to-end tests: real local Ray clusters (``LocalKubeRay``), the real operator, moto's S3.
 
 All are marked ``e2e``. A plain ``pytest`` (``make test``) runs only those marked
-``in_make_test``: the journey (about 2 minutes) and the harness's unit tests; ``make e2e`` runs
-them all (8-10 minutes on 2 cores); ``pytest -m "not e2e"`` leaves every one out.
+``in_make_test``: the journey, shortened (it trains a fixed number of iterations instead of
+until CartPole is solved: about 1.5 minutes), and the harness's unit tests; ``make e2e`` runs
+them all, the journey in full (8-10 minutes on 2 cores); ``pytest -m "not e2e"`` leaves every
+one out.
 """
 
 from __future__ import annotations
@@ -19,15 +21,28 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "in_make_test: an end-to-end test that make test runs too")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Mark every test here ``e2e``; skip those not marked ``in_make_test`` unless asked for:
-    ``-m e2e``, a path under ``tests/e2e`` on the command line, or ``RLTRAINER_E2E=1``."""
+def e2e_requested(config) -> bool:
+    """Whether the end-to-end tests were asked for: ``-m e2e``, a path under ``tests/e2e`` on
+    the command line, or ``RLTRAINER_E2E=1`` (``make e2e``); not by a plain ``pytest``."""
     marks = config.getoption("-m") or ""
-    wanted = (
+    return (
         ("e2e" in marks and "not e2e" not in marks)
         or any("e2e" in str(arg) for arg in config.args)
         or os.environ.get("RLTRAINER_E2E") == "1"
     )
+
+
+@pytest.fixture(scope="session")
+def full_e2e(request) -> bool:
+    """True under ``make e2e``; False in ``make test``, where tests marked ``in_make_test`` run
+    a shorter version of themselves (the suite's time budget)."""
+    return e2e_requested(request.config)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test here ``e2e``; skip those not marked ``in_make_test`` unless asked for
+    (``e2e_requested``)."""
+    wanted = e2e_requested(config)
     skip = pytest.mark.skip(
         reason="end to end, 8-10 min in all: make e2e (or pytest -m e2e, RLTRAINER_E2E=1)"
     )

@@ -117,7 +117,16 @@ class Platform:
 
     def log(self, name: str, namespace: str, status: dict[str, Any]) -> None:
         """Print each new phase/iteration/restart count: the journey's timeline in the test output."""
-        keys = ("phase", "iteration", "episodeReturnMean", "restarts", "envRunnerRestarts", "jobId", "trials")
+        keys = (
+            "phase",
+            "iteration",
+            "episodeReturnMean",
+            "restarts",
+            "envRunnerRestarts",
+            "learnerRestarts",
+            "jobId",
+            "trials",
+        )
         seen = tuple(status.get(key) for key in keys)
         if self._last.get((namespace, name)) != seen:
             self._last[(namespace, name)] = seen
@@ -214,8 +223,12 @@ def job_logs(platform: Platform, namespace: str, cluster: str, job_id: str) -> s
 
 @pytest.mark.in_make_test
 @pytest.mark.timeout(900)
-def test_journey(platform):
-    """Apply, train, lose a rollout worker, lose the head, resume from S3, succeed, evaluate."""
+def test_journey(platform, full_e2e):
+    """Apply, train, lose a rollout worker, lose the learner, lose the head, resume from S3,
+    succeed, evaluate.
+
+    In full (``make e2e``) until CartPole is solved, and the checkpoint evaluates as solved; in
+    ``make test`` for a fixed number of iterations, well past the restart (a minute less)."""
     ns, name = "rl", "cartpole"
     cluster = raycluster_name(name)
     platform.credentials_secret(ns)
@@ -230,8 +243,13 @@ def test_journey(platform):
             "env": "CartPole-v1",
             "config": TUNED_PPO_CARTPOLE,
             # 490, not the usual 475: a sampling policy just past 475 (smoothed over 20 episodes)
-            # sometimes evaluates greedily below 475 (seen: 451.8); 490 leaves a margin.
-            "stop": {"episode_return_mean": 490, "timesteps_total": 150000},
+            # sometimes evaluates greedily below 475 (seen: 451.8); 490 leaves a margin. The head
+            # is lost around iteration 20; solved is usually 150-200.
+            "stop": (
+                {"episode_return_mean": 490, "timesteps_total": 150000}
+                if full_e2e
+                else {"training_iteration": 60}
+            ),
             "checkpoint": {"uri": f"s3://{BUCKET}/experiments", "frequency": 1},
             "storage": storage(platform.stack),
             "learners": {"replicas": 1, "cpusPerLearner": 1, "memory": "1Gi"},
@@ -287,6 +305,27 @@ def test_journey(platform):
     assert status["phase"] == "Running" and status["restarts"] == 0 and status["jobId"] == first["jobId"]
     assert platform.kuberay.restarts(ns, cluster).get("rollouts") == 1
 
+    # The learner's pod dies: its node is gone, so the new learner waits for Ray to place the
+    # learner bundle again, on the pod the local KubeRay brings back; the update is retried.
+    platform.kuberay.kill_worker(ns, cluster, "learners")
+    after_learner = platform.wait(
+        "the learner restart reported",
+        name,
+        ns,
+        lambda s: (s.get("learnerRestarts") or 0) >= 1,
+        180,
+    )
+    platform.wait(
+        "training after the learner's loss",
+        name,
+        ns,
+        lambda s: (s.get("iteration") or 0) >= after_learner["iteration"] + 2,
+        120,
+    )
+    status = platform.status(name, ns)
+    assert status["phase"] == "Running" and status["restarts"] == 0 and status["jobId"] == first["jobId"]
+    assert platform.kuberay.restarts(ns, cluster).get("learners") == 1
+
     # 4. The head dies (KubeRay does not recreate it): the operator restarts the experiment on a
     # new cluster, resuming from the newest checkpoint in S3.
     platform.wait("a checkpoint", name, ns, lambda s: s.get("lastCheckpoint"), 60)
@@ -325,7 +364,7 @@ def test_journey(platform):
     assert checkpoint_iteration(done["lastCheckpoint"]) == done["iteration"]
     out = rltrainer("evaluate", done["lastCheckpoint"], "--episodes", "10")
     score = float(re.search(r"mean return over \d+ episodes: ([0-9.]+)", out).group(1))
-    assert score >= 475, out
+    assert score >= (475 if full_e2e else 9), out
     # shutdownAfterFinish: the cluster and every one of its processes are gone.
     wait_for("the RayCluster deleted", lambda: get_raycluster(platform.custom, ns, cluster) is None, 60)
     wait_for("its processes gone", lambda: not platform.kuberay.processes(ns, cluster), 30)

@@ -1,0 +1,126 @@
+"""``rltrainer train`` sweeping on S3: killed mid-sweep (the driver and the Ray instance it
+started), run again with ``--resume``, it continues the trials from their checkpoints and its
+best checkpoint evaluates. End to end (two Ray instances, about a minute): ``make e2e``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rltrainer.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def s3_env(monkeypatch: pytest.MonkeyPatch):
+    """A moto S3 server on 127.0.0.1 with a bucket; the AWS variables a subprocess inherits."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    variables = {
+        "AWS_ACCESS_KEY_ID": "AKIAFAKESWEEP",
+        "AWS_SECRET_ACCESS_KEY": "fake-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+    }
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="sweeps")
+    yield
+    server.stop()
+
+
+def s3_keys(prefix: str) -> list[str]:
+    import boto3
+
+    listing = boto3.client("s3").list_objects_v2(Bucket="sweeps", Prefix=prefix)
+    return [item["Key"] for item in listing.get("Contents", [])]
+
+
+#: The manifest of a trial's third checkpoint (checkpoint_000000 is the first).
+THIRD = "checkpoint_000002/rltrainer_checkpoint.json"
+
+
+def s3_keys_ending(prefix: str, suffix: str) -> list[str]:
+    return [key for key in s3_keys(prefix) if key.endswith(suffix)]
+
+
+@pytest.mark.usefixtures("s3_env")
+def test_a_sweep_on_s3_killed_resumes_and_its_best_checkpoint_evaluates(tmp_path, capsys):
+    config = {
+        "lr": {"grid_search": [0.001, 0.0001]},
+        "train_batch_size": 200,
+        "minibatch_size": 100,
+        "num_epochs": 1,
+        "checkpoint_frequency": 1,
+        "min_time_s_per_iteration": 1.0,  # slow enough to be killed mid-sweep
+    }
+    argv = [
+        sys.executable, "-m", "rltrainer", "train", "--algo", "PPO", "--env", "CartPole-v1",
+        "--config", json.dumps(config), "--stop", '{"training_iteration": 5}',
+        "--storage-path", "s3://sweeps/runs", "--name", "sweep", "--resume",
+    ]  # fmt: skip
+    # Tune snapshots the experiment (which checkpoints each trial has) every 10 s or more by
+    # default; every second here, so that the kill lands after a snapshot that lists some.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "TUNE_GLOBAL_CHECKPOINT_S": "1"}
+    first = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: len(s3_keys_ending("runs/sweep/", THIRD)) == 2, 180, "3 checkpoints per trial on S3")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the driver and the Ray instance it started
+        first.wait()
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "trials: 2 TERMINATED" in done.stdout
+    from rltrainer.storage import open_storage
+
+    experiment = open_storage("s3://sweeps/runs/sweep")
+    trials = {key.split("/")[2] for key in s3_keys("runs/sweep/PPO_")}
+    assert len(trials) == 2
+    for trial in trials:
+        rows = [json.loads(line) for line in experiment.read_bytes(f"{trial}/result.json").splitlines()]
+        # Resumed from a checkpoint: fewer iterations since the restore than in all.
+        assert rows[-1]["training_iteration"] == 5
+        assert rows[-1]["iterations_since_restore"] < 5, [r["training_iteration"] for r in rows]
+    best = re.search(r"best checkpoint: (\S+)", done.stdout).group(1)
+    assert best.startswith("s3://sweeps/runs/sweep/PPO_CartPole-v1_")
+    assert main(["evaluate", best, "--episodes", "1"]) == 0
+    assert "mean return" in capsys.readouterr().out
+    progress = json.loads(experiment.read_bytes("progress.json"))
+    assert progress["trials"] == {"TERMINATED": 2} and progress["best_checkpoint"] == best
