@@ -1,9 +1,10 @@
 """Learner fault tolerance: learner actors SIGKILLed during training are replaced, and the
 update they were in is run again from the driver's copy of the state (no update lost or doubled).
 
-Each test kills a learner process several times while ``train()`` runs (a thread fires at a
-random point of the iteration: mostly inside the update, sometimes before it), on a real local
-Ray instance.
+The kills come from the driver's ``on_learn_on_batch`` hook, which runs in ``train()`` just
+before the train batch goes to the learner actors: at once (the update is sent to a dead
+learner) or after a random delay (mostly while the learners are inside the update), on a real
+local Ray instance.
 """
 
 from __future__ import annotations
@@ -17,12 +18,30 @@ import time
 import pytest
 import torch
 
+from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.errors import WorkerError
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 
 EPOCHS, MINIBATCHES = 8, 2  # Adam steps per update: 16
+
+
+class KillBeforeUpdate(DefaultCallbacks):
+    """SIGKILLs the planned learner process as the driver sends the next update (driver side)."""
+
+    plan: list[tuple[int, float]] = []  # (pid, delay in seconds) per coming update
+    timers: list[threading.Timer] = []
+
+    def on_learn_on_batch(self, *, policy, train_batch, result, **kwargs) -> None:  # noqa: ARG002
+        if KillBeforeUpdate.plan:
+            pid, delay_s = KillBeforeUpdate.plan.pop(0)
+            if delay_s == 0:
+                os.kill(pid, signal.SIGKILL)
+            else:
+                timer = threading.Timer(delay_s, os.kill, (pid, signal.SIGKILL))
+                KillBeforeUpdate.timers.append(timer)
+                timer.start()
 
 
 def config(num_learners: int, **fault_tolerance) -> PPOConfig:
@@ -33,6 +52,7 @@ def config(num_learners: int, **fault_tolerance) -> PPOConfig:
         .training(train_batch_size=256, minibatch_size=256 // MINIBATCHES, num_epochs=EPOCHS)
         .resources(num_learners=num_learners)
         .fault_tolerance(**fault_tolerance)
+        .callbacks(KillBeforeUpdate)
         .debugging(seed=1, log_level="ERROR")
         .reporting(metrics_num_episodes_for_smoothing=5)
     )
@@ -42,14 +62,14 @@ def learner_pids(algo) -> list[int]:
     return algo.learner_group.foreach_learner(lambda _learner: os.getpid())
 
 
-def train_while_killing(algo, pid: int, delay_s: float) -> dict:
-    """One ``train()`` while a thread SIGKILLs ``pid`` ``delay_s`` into it."""
-    killer = threading.Timer(delay_s, os.kill, (pid, signal.SIGKILL))
-    killer.start()
+def train_killing(algo, pid: int, delay_s: float) -> dict:
+    """One ``train()`` that SIGKILLs ``pid`` ``delay_s`` after its update was sent."""
+    KillBeforeUpdate.plan.append((pid, delay_s))
     try:
         return algo.train()
     finally:
-        killer.join()
+        while KillBeforeUpdate.timers:
+            KillBeforeUpdate.timers.pop().join()
 
 
 def adam_steps(algo) -> list[int]:
@@ -62,16 +82,18 @@ def test_sigkilled_learners_are_replaced_and_no_update_is_lost(num_learners):
     rng = random.Random(num_learners)
     try:
         algo.train()  # the first iteration also warms up; the second is a typical one
-        iteration_s = algo.train()["time_this_iter_s"]
+        update_s = algo.train()["timers"]["learn_time_ms"] / 1000
         during_train = 0
-        for _ in range(5):
+        for kill in range(5):
             pids = learner_pids(algo)
             before = algo.learner_group.num_restarts
-            # A random point of the iteration: mostly the update (the longer part), or sampling.
-            result = train_while_killing(algo, rng.choice(pids), rng.uniform(0.1, 0.8) * iteration_s)
+            # Every other kill at once (it lands in train() for sure); the others at a random
+            # point of the update (or, if it was quicker, just after it).
+            delay_s = 0 if kill % 2 == 0 else rng.uniform(0.01, update_s)
+            result = train_killing(algo, rng.choice(pids), delay_s)
             during_train += result["num_learner_restarts"] - before
             assert set(learner_pids(algo)).isdisjoint(pids), "the whole group is new"
-        # A kill that came after train() returned was found by learner_pids, and restarted there.
+        # A kill after the update was found by learner_pids, and restarted there.
         assert during_train >= 3, f"only {during_train} of 5 kills landed in train()"
         result = algo.train()
         iterations = result["training_iteration"]
