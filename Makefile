@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # End to end without a cluster (tests/e2e): the operator, real local Ray clusters played by the
-# local KubeRay, moto's S3. 8-10 minutes on 2 cores; `make test` runs only the journey, shortened
+# local KubeRay, moto's S3. About 10 minutes on 2 cores; `make test` runs only the journey, shortened
 # (~2 min: a fixed number of iterations instead of until solved).
 e2e: $(STAMP)
 	$(BIN)/python -m pytest tests/e2e -m e2e
