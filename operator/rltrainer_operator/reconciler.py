@@ -518,8 +518,9 @@ class _Step:
         self.status.timesteps = progress.get("timesteps", self.status.timesteps)
         self.status.episodeReturnMean = progress.get("episode_return_mean", self.status.episodeReturnMean)
         self.status.lastCheckpoint = progress.get("last_checkpoint") or self.status.lastCheckpoint
-        self._count_restarts("EnvRunner", progress.get("num_env_runner_restarts"))
-        self._count_restarts("Learner", progress.get("num_learner_restarts"))
+        env_runner_restarts = progress.get("num_env_runner_restarts")
+        self._count_restarts("envRunnerRestarts", "driverEnvRunnerRestarts", env_runner_restarts)
+        self._count_restarts("learnerRestarts", "driverLearnerRestarts", progress.get("num_learner_restarts"))
         self.status.healthyEnvRunners = progress.get("num_healthy_env_runners")
         if progress.get("sweep") is True:
             self._mirror_sweep(progress)
@@ -540,9 +541,9 @@ class _Step:
             kept = self.status.bestCheckpoint if same else None
             self.status.bestCheckpoint = progress.get("best_checkpoint") or kept
 
-    def _count_restarts(self, what: str, driver_count: int | None) -> None:
-        """Add the driver's new ``what`` restarts ("EnvRunner", "Learner") to the experiment's
-        total (``status.<what>Restarts``; the driver's own count in ``driver<What>Restarts``).
+    def _count_restarts(self, total_field: str, driver_field: str, driver_count: int | None) -> None:
+        """Add the driver's new restarts to the experiment's total (``status.<total_field>``;
+        the driver's own count as last read in ``status.<driver_field>``).
 
         Each driver attempt counts from 0, and ``progress.json`` keeps the previous driver's
         numbers until the new one writes: so, like a Prometheus counter, the total grows by
@@ -551,8 +552,6 @@ class _Step:
         """
         if driver_count is None:
             return
-        total_field = what[0].lower() + what[1:] + "Restarts"
-        driver_field = f"driver{what}Restarts"
         total = getattr(self.status, total_field) or 0
         last = getattr(self.status, driver_field)
         if last is None:

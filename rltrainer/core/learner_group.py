@@ -95,12 +95,13 @@ class LearnerGroup:
         self._local = factory(local_device)
         self._remote: list[Any] = []
         self.num_restarts = 0
-        # The training learners' state after the last update (or set_state): what restarted
+        # With learner actors: their state after the last update (or set_state), what restarted
         # learners start from. Every learner starts from the driver's freshly built weights.
-        self._state = self.get_state_of(self._local)
+        self._state: dict[str, Any] = {}
         if config.num_learners > 0:
             if placement is None:
                 raise ValueError("learner actors need the algorithm's placement group")
+            self._state = self.get_state_of(self._local)
             self._with_restarts(lambda: None)
 
     # --- learner actors and their restarts -----------------------------------------------

@@ -221,6 +221,26 @@ def job_logs(platform: Platform, namespace: str, cluster: str, job_id: str) -> s
         return ""
 
 
+def lose_worker_pod(platform: Platform, name: str, ns: str, group: str, counter: str, job_id: str) -> None:
+    """Kill one pod of ``group``: ``status.<counter>`` reports the replacement, training goes on
+    in the same job (no experiment restart), and the local KubeRay recreated the pod once."""
+    cluster = raycluster_name(name)
+    platform.kuberay.kill_worker(ns, cluster, group)
+    reported = platform.wait(
+        f"the {group} restart reported", name, ns, lambda s: (s.get(counter) or 0) >= 1, 180
+    )
+    platform.wait(
+        f"training after the {group} pod's loss",
+        name,
+        ns,
+        lambda s: (s.get("iteration") or 0) >= reported["iteration"] + 2,
+        120,
+    )
+    status = platform.status(name, ns)
+    assert status["phase"] == "Running" and status["restarts"] == 0 and status["jobId"] == job_id
+    assert platform.kuberay.restarts(ns, cluster).get(group) == 1
+
+
 @pytest.mark.in_make_test
 @pytest.mark.timeout(900)
 def test_journey(platform, full_e2e):
@@ -286,45 +306,11 @@ def test_journey(platform, full_e2e):
     print(f"running after {time.monotonic() - started:.0f}s: iteration {later['iteration']}")
 
     # 3. A rollout worker's pod dies: training goes on, and the env runner restart is reported.
-    platform.kuberay.kill_worker(ns, cluster, "rollouts")
-    after_kill = platform.wait(
-        "the env runner restart reported",
-        name,
-        ns,
-        lambda s: (s.get("envRunnerRestarts") or 0) >= 1,
-        180,
-    )
-    platform.wait(
-        "training after the worker's loss",
-        name,
-        ns,
-        lambda s: (s.get("iteration") or 0) >= after_kill["iteration"] + 2,
-        120,
-    )
-    status = platform.status(name, ns)
-    assert status["phase"] == "Running" and status["restarts"] == 0 and status["jobId"] == first["jobId"]
-    assert platform.kuberay.restarts(ns, cluster).get("rollouts") == 1
+    lose_worker_pod(platform, name, ns, "rollouts", "envRunnerRestarts", first["jobId"])
 
     # The learner's pod dies: its node is gone, so the new learner waits for Ray to place the
     # learner bundle again, on the pod the local KubeRay brings back; the update is retried.
-    platform.kuberay.kill_worker(ns, cluster, "learners")
-    after_learner = platform.wait(
-        "the learner restart reported",
-        name,
-        ns,
-        lambda s: (s.get("learnerRestarts") or 0) >= 1,
-        180,
-    )
-    platform.wait(
-        "training after the learner's loss",
-        name,
-        ns,
-        lambda s: (s.get("iteration") or 0) >= after_learner["iteration"] + 2,
-        120,
-    )
-    status = platform.status(name, ns)
-    assert status["phase"] == "Running" and status["restarts"] == 0 and status["jobId"] == first["jobId"]
-    assert platform.kuberay.restarts(ns, cluster).get("learners") == 1
+    lose_worker_pod(platform, name, ns, "learners", "learnerRestarts", first["jobId"])
 
     # 4. The head dies (KubeRay does not recreate it): the operator restarts the experiment on a
     # new cluster, resuming from the newest checkpoint in S3.
