@@ -31,8 +31,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # End to end without a cluster (tests/e2e): the operator, real local Ray clusters played by the
-# local KubeRay, moto's S3. About 10 minutes on 2 cores; `make test` runs only the journey, shortened
-# (~2 min: a fixed number of iterations instead of until solved).
+# local KubeRay, moto's S3, and the fault matrix. About 15 minutes on 2 cores; `make test` runs only
+# the journey, shortened (~2 min: a fixed number of iterations instead of until solved), and the
+# fault matrix's storage rows.
 e2e: $(STAMP)
 	$(BIN)/python -m pytest tests/e2e -m e2e
 

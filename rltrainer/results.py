@@ -13,6 +13,13 @@ With an ``s3://`` storage path the files are written to a local cache folder and
 whole to the trial's prefix after every iteration (and at ``close()``); an upload that fails
 logs a warning and is tried again after the next iteration. A resumed trial first downloads
 its ``result.json`` and ``progress.csv``, so they go on growing in place.
+
+A trial resumed from a checkpoint (``Algorithm.resume_from``, ``--resume``) first drops the
+rows of iterations after that checkpoint from ``result.json`` and ``progress.csv``: a run
+killed between writing an iteration's result and its checkpoint trains that iteration again,
+and its files then hold every iteration once, with no gap. The TensorBoard file gets a
+``SessionLog.START`` event at the restored step, TensorBoard's own way of discarding what a
+crashed run wrote after it.
 """
 
 from __future__ import annotations
@@ -203,6 +210,59 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def rewind_results(trial_dir: Path, iteration: int) -> int:
+    """Drop the rows of ``training_iteration > iteration`` from ``result.json`` and
+    ``progress.csv`` in ``trial_dir`` (each rewritten through a temporary file and a rename, so
+    a failure leaves it as it was); returns how many rows were dropped. Lines that do not parse
+    (a file cut short by a crash) go too."""
+    dropped = 0
+    json_path = trial_dir / "result.json"
+    if json_path.is_file():
+        lines = json_path.read_bytes().splitlines(keepends=True)
+        kept = [line for line in lines if _json_iteration(line) <= iteration]
+        if len(kept) < len(lines):
+            dropped = len(lines) - len(kept)
+            _replace(json_path, b"".join(kept))
+    csv_path = trial_dir / "progress.csv"
+    if csv_path.is_file():
+        with open(csv_path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields, rows = reader.fieldnames or [], list(reader)
+        kept_rows = [row for row in rows if _csv_iteration(row) <= iteration]
+        if len(kept_rows) < len(rows):
+            dropped = max(dropped, len(rows) - len(kept_rows))
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(kept_rows)
+            _replace(csv_path, text.getvalue().encode())
+    return dropped
+
+
+def _json_iteration(line: bytes) -> float:
+    try:
+        return float(json.loads(line)["training_iteration"])
+    except (ValueError, KeyError, TypeError):
+        return math.inf  # not a whole result line: dropped
+
+
+def _csv_iteration(row: dict[str, Any]) -> float:
+    try:
+        return float(row.get("training_iteration") or "inf")
+    except ValueError:
+        return math.inf
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _csv_header(path: Path) -> list[str]:
     if not path.is_file():
         return []
@@ -277,6 +337,14 @@ class TBXLogger:
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
         self._file = open(Path(logdir) / name, "ab", buffering=0)  # noqa: SIM115 (closed in close())
         self._write(self._event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def restart_at(self, step: int) -> None:
+        """Tell TensorBoard the run restarted at ``step``: it discards what earlier event files
+        hold at this step and later (a crashed run's orphans, as for a restarted TF job)."""
+        from tensorboardX.proto.event_pb2 import SessionLog
+
+        start = SessionLog(status=SessionLog.START)
+        self._write(self._event(wall_time=time.time(), step=step, session_log=start))
 
     def on_result(self, result: dict[str, Any]) -> None:
         values = [
@@ -383,7 +451,10 @@ class ResultLogger:
         params: dict[str, Any],
         storage: Storage | None = None,
         logger_config: dict[str, Any] | None = None,
+        resumed_at: tuple[int, int] | None = None,
     ) -> None:
+        """``resumed_at``: ``(training_iteration, timesteps_total)`` of the checkpoint a
+        resumed trial continues from: results written after it are dropped (module doc)."""
         self.trial_dir = trial_dir
         self.storage = storage
         try:
@@ -392,12 +463,28 @@ class ResultLogger:
             raise StorageError(f"cannot write results to {trial_dir}: {err.strerror or err}") from None
         if storage is not None:
             self._download_existing(storage)
+        if resumed_at is not None:
+            try:
+                dropped = rewind_results(trial_dir, resumed_at[0])
+            except OSError as err:
+                logger.warning("results after iteration %d not dropped: %s", resumed_at[0], err)
+            else:
+                if dropped:
+                    logger.info(
+                        "dropped %d result row(s) after iteration %d, the checkpoint resumed from",
+                        dropped,
+                        resumed_at[0],
+                    )
         try:
             (trial_dir / "params.json").write_text(json.dumps(_json_safe(params), indent=2, sort_keys=True))
         except OSError as err:
             logger.warning("params.json not written to %s: %s", trial_dir, err.strerror or err)
         self.writers = [cls(params, str(trial_dir)) for cls in logger_classes(logger_config)]
         self._failing: set[Any] = set()
+        if resumed_at is not None:
+            for writer in self.writers:
+                if isinstance(writer, TBXLogger):
+                    writer.restart_at(resumed_at[1] + 1)
 
     def log(self, result: dict[str, Any]) -> None:
         """Give ``result`` to every writer. A writer that cannot write (a full disk) is warned

@@ -161,6 +161,33 @@ def test_logger_config_accepts_classes_and_tune_names() -> None:
     assert logger_classes(PPOConfig.from_dict(data).logger_config) == [RecordingLogger, JsonLogger]
 
 
+def test_a_resumed_trial_holds_every_iteration_once(tmp_path: Path) -> None:
+    """Killed after writing iteration 3's result, before its checkpoint (made here by
+    checkpointing every 2nd iteration): resumed from checkpoint 2, the files hold 1, 2, 3, 4 once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    algo = tiny(tmp_path).checkpointing(checkpoint_frequency=2).build()
+    for _ in range(3):
+        algo.train()
+    algo.stop()
+    time.sleep(1.1)  # the next event file's name (seconds) must differ, as after a real restart
+    resumed = tiny(tmp_path).build()
+    resumed.resume_from(str(algo.trial_dir / "checkpoint_000002"))
+    resumed.train()
+    last = resumed.train()
+    resumed.stop()
+    assert resumed.trial_dir == algo.trial_dir and last["training_iteration"] == 4
+    lines = (algo.trial_dir / "result.json").read_text().splitlines()
+    assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2, 3, 4]
+    rows = (algo.trial_dir / "progress.csv").read_text().splitlines()
+    column = rows[0].split(",").index("training_iteration")
+    assert [int(row.split(",")[column]) for row in rows[1:]] == [1, 2, 3, 4]
+    events = EventAccumulator(str(algo.trial_dir))
+    events.Reload()
+    iterations = events.Scalars("rltrainer/training_iteration")
+    assert [event.value for event in iterations] == [1, 2, 3, 4]  # the first run's 3 is purged
+
+
 @pytest.mark.parametrize(
     ("logger_config", "message"),
     [

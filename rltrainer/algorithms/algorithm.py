@@ -168,6 +168,7 @@ class Algorithm(Trainable):
         self._timers: dict[str, float] = {}  # seconds per phase of the current iteration
         self._cache_dir: Path | None = None  # local copy of an s3:// trial's result files
         self._result_logger: ResultLogger | None = None
+        self._resumed_at: tuple[int, int] | None = None  # (iteration, timesteps) resume_from restored
         self._last_result: dict[str, Any] | None = None
 
     @classmethod
@@ -489,6 +490,7 @@ class Algorithm(Trainable):
     def resume_from(self, checkpoint_path: str) -> None:
         """Restore a checkpoint of this experiment and keep writing to its trial folder."""
         self.restore(checkpoint_path)
+        self._resumed_at = (self.counters.training_iteration, self.counters.timesteps_total)
         if self._result_logger is not None:
             self._result_logger.close()
             self._result_logger = None
@@ -620,7 +622,11 @@ class Algorithm(Trainable):
             remote = is_remote(self.trial_uri)
             storage = open_storage(self.trial_uri, self.config.storage_options) if remote else None
             self._result_logger = ResultLogger(
-                self.trial_dir, self.config.to_dict(), storage, self.config.logger_config
+                self.trial_dir,
+                self.config.to_dict(),
+                storage,
+                self.config.logger_config,
+                resumed_at=self._resumed_at,
             )
         self._result_logger.log(result)
 

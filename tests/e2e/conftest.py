@@ -2,9 +2,9 @@
 
 All are marked ``e2e``. A plain ``pytest`` (``make test``) runs only those marked
 ``in_make_test``: the journey, shortened (it trains a fixed number of iterations instead of
-until CartPole is solved: about 1.5 minutes), and the harness's unit tests; ``make e2e`` runs
-them all, the journey in full (about 10 minutes on 2 cores); ``pytest -m "not e2e"`` leaves every
-one out.
+until CartPole is solved: about 1.5 minutes), the fault matrix's storage rows and the harness's
+unit tests; ``make e2e`` runs them all, the journey in full (about 15 minutes on 2 cores);
+``pytest -m "not e2e"`` leaves every one out.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
     (``e2e_requested``)."""
     wanted = e2e_requested(config)
     skip = pytest.mark.skip(
-        reason="end to end, about 10 min in all: make e2e (or pytest -m e2e, RLTRAINER_E2E=1)"
+        reason="end to end, about 15 min in all: make e2e (or pytest -m e2e, RLTRAINER_E2E=1)"
     )
     for item in items:
         if "/e2e/" in str(item.fspath):

@@ -11,22 +11,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from rltrainer.cli import main
+from tests.e2e.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.fixture
@@ -101,7 +93,7 @@ def test_a_sweep_on_s3_killed_resumes_and_its_best_checkpoint_evaluates(tmp_path
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: len(s3_keys_ending("runs/sweep/", THIRD)) == 2, 180, "3 checkpoints per trial on S3")
+        wait_for("3 checkpoints per trial on S3", lambda: len(s3_keys_ending("runs/sweep/", THIRD)) == 2, 180)
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the driver and the Ray instance it started
         first.wait()
