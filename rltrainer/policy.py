@@ -65,16 +65,54 @@ class Policy:
         return dist_class_for(self.action_space)
 
     def make_model(self) -> torch.nn.Module:
-        """The module the learner trains and env runners act with (PPO: ``ActorCritic``)."""
+        """The module the learner trains and env runners act with (PPO): a custom model's
+        ``CustomActorCritic``, an ``EncoderActorCritic`` over a conv stack for image
+        observations, else the ``ActorCritic`` MLP."""
         model = self.config.model
+        num_outputs = self.dist_class.required_inputs(self.action_space)
+        free_log_std = isinstance(self.action_space, spaces.Box) and model.free_log_std
+        if model.custom_model is not None:
+            from rltrainer.models.torch.adapter import CustomActorCritic
+
+            return CustomActorCritic(
+                self.observation_space, self.action_space, self.preprocessor.size, num_outputs, model
+            )
+        encoder = self.make_encoder()
+        if encoder is not None:
+            from rltrainer.core.encoders import EncoderActorCritic
+
+            return EncoderActorCritic(encoder, num_outputs, model.vf_share_layers, free_log_std)
         return ActorCritic(
             obs_size=self.preprocessor.size,
-            num_outputs=self.dist_class.required_inputs(self.action_space),
+            num_outputs=num_outputs,
             hiddens=list(model.fcnet_hiddens),
             activation=model.fcnet_activation,
             vf_share_layers=model.vf_share_layers,
-            free_log_std=isinstance(self.action_space, spaces.Box),
+            free_log_std=free_log_std,
         )
+
+    def make_encoder(self) -> Any:
+        """A factory of encoder modules for observations the MLP does not read (image frames:
+        ``ConvEncoder``), or ``None`` for flat observations."""
+        from rltrainer.models.conv_filters import conv_layers, is_image_space
+
+        if not is_image_space(self.observation_space):
+            return None
+        model = self.config.model
+        conv_layers(self.observation_space, model.conv_filters)  # ConfigError before any module is built
+
+        def conv_encoder() -> torch.nn.Module:
+            from rltrainer.core.encoders import ConvEncoder
+
+            return ConvEncoder(
+                self.observation_space,
+                model.conv_filters,
+                model.conv_activation,
+                list(model.post_fcnet_hiddens),
+                model.post_fcnet_activation,
+            )
+
+        return conv_encoder
 
     def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What ``compute_single_action(full_fetch=True)`` returns besides the action."""

@@ -223,3 +223,34 @@ class TimestampEnv(FixedLengthEnv):
         with open(self.path, "a") as f:
             f.write(f"{time.time()!r}\n")
         return super().step(action)
+
+
+class BrightSideEnv(gym.Env):
+    """``uint8`` frames (``size`` x ``size`` x 2, 10x10 by default) with one bright half, left or
+    right at random each step; reward 1 for naming it (0: left, 1: right), 10 steps. Only a
+    model that reads the picture scores more than 5 on average; the optimum is 10."""
+
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, config: dict | None = None) -> None:
+        size = int((config or {}).get("size", 10))
+        self.observation_space = spaces.Box(0, 255, (size, size, 2), np.uint8)
+        self.t, self.side = 0, 0
+
+    def _frame(self) -> np.ndarray:
+        self.side = int(self.np_random.integers(2))
+        frame = np.zeros(self.observation_space.shape, dtype=np.uint8)
+        half = frame.shape[1] // 2
+        frame[:, half * self.side : half * (self.side + 1), :] = 200
+        frame += self.np_random.integers(0, 40, frame.shape, dtype=np.uint8)  # noise
+        return frame
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:  # noqa: ARG002
+        super().reset(seed=seed)
+        self.t = 0
+        return self._frame(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        reward = float(int(action) == self.side)
+        self.t += 1
+        return self._frame(), reward, self.t >= 10, False, {}

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+from rltrainer.algorithms.algorithm_config import AlgorithmConfig, ModelConfig
 from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from tests import envs
@@ -137,8 +137,8 @@ def test_builder_method_sets_its_key(section, key):
     config = PPOConfig()
     value = VALID_VALUES[key]
     assert getattr(config, section)(**{key: value}) is config
-    if key == "model":
-        assert config.model.model_dump() == value
+    if key == "model":  # the keys given, over the defaults of the others
+        assert config.model.model_dump() == {**ModelConfig().model_dump(), **value}
     else:
         assert getattr(config, key) == value
 
@@ -283,7 +283,8 @@ def test_to_dict_is_flat_json_with_rllib_keys():
     assert "lambda_" not in data
     assert data["framework"] == "torch"
     assert data["lr"] == [[0, 1e-3], [1000, 1e-4]]
-    assert data["model"] == {"fcnet_hiddens": [16, 16], "fcnet_activation": "tanh", "vf_share_layers": False}
+    assert data["model"] == {**ModelConfig().model_dump(), "fcnet_hiddens": [16, 16]}
+    assert data["model"]["conv_filters"] is None and data["model"]["custom_model"] is None
     assert data["evaluation_config"] == {"explore": False}
 
 

@@ -46,6 +46,7 @@ from rltrainer.env.env_runner import EpisodeStats, Rollout
 from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
+from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import redirect_output, resolve_output
 from rltrainer.policy import Policy
 from rltrainer.results import ResultLogger, add_rllib_keys, flatten, perf_metrics, result_keys_for
@@ -148,7 +149,12 @@ class Algorithm(Trainable):
             self._evaluation = Evaluation(self, self._placement)  # remote evaluation runners start here
             # The learner trains its own copy of the network; runners get its weights after each update.
             factory = partial(
-                make_learner, type(self).learner_class, self.observation_space, self.action_space, config
+                make_learner,
+                type(self).learner_class,
+                self.observation_space,
+                self.action_space,
+                config,
+                custom_models=ModelCatalog.registered(),
             )
             self.learner_group = LearnerGroup(factory, config, self._placement, self._learner_device())
         except BaseException:

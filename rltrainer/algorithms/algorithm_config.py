@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PositiveInt,
     PrivateAttr,
     ValidationError,
     field_validator,
@@ -109,17 +110,81 @@ def _positive_sizes(sizes: list[int]) -> list[int]:
 LayerSizes = Annotated[list[int], AfterValidator(_positive_sizes)]
 
 
+Activation = Literal["tanh", "relu", "elu", "silu", "linear"]
+
+
+def _conv_filters(value: list[Any] | None) -> list[Any] | None:
+    from rltrainer.models.conv_filters import parse_filter
+
+    if value is not None:
+        if not value:
+            raise ValueError("conv_filters needs at least one layer (or None for the defaults)")
+        for i, layer in enumerate(value):
+            try:
+                parse_filter(i, layer)
+            except ConfigError as err:
+                raise ValueError(str(err).removeprefix("model.conv_filters: ")) from None
+    return value
+
+
+def _no_lstm(value: bool) -> bool:
+    if value:
+        raise ValueError(
+            "recurrent models are not available yet; stack frames or past observations into the "
+            "observation instead (e.g. gymnasium.wrappers.FrameStackObservation)"
+        )
+    return value
+
+
 class ModelConfig(BaseModel):
-    """The default fully connected policy/value network (RLlib's ``model`` dict)."""
+    """The policy/value network (RLlib's ``model`` dict): an MLP over flat observations, a conv
+    stack over image observations (a rank-3 ``Box``), or a custom model."""
 
     model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
     fcnet_hiddens: LayerSizes = Field(default_factory=lambda: [256, 256])
     """Sizes of the hidden layers."""
-    fcnet_activation: Literal["tanh", "relu", "elu", "silu", "linear"] = "tanh"
+    fcnet_activation: Activation = "tanh"
     """Activation after each hidden layer."""
     vf_share_layers: bool = False
-    """Share the hidden layers between the policy and the value head."""
+    """Share the hidden layers (the conv stack for images) between the policy and the value head."""
+    conv_filters: Annotated[list[Any] | None, AfterValidator(_conv_filters)] = None
+    """Conv layers for image observations, ``[[out_channels, kernel, stride], ...]``; ``None``:
+    RLlib's defaults for 84x84, 42x42, 64x64, 96x96 and 10x10 frames."""
+    conv_activation: Activation = "relu"
+    """Activation after each conv layer."""
+    post_fcnet_hiddens: LayerSizes = Field(default_factory=list)
+    """Fully connected layers after the conv stack, before the heads."""
+    post_fcnet_activation: Activation = "relu"
+    """Activation after each of ``post_fcnet_hiddens``."""
+    free_log_std: bool = True
+    """Box actions: the log standard deviation is a free parameter, not an output of the network
+    (RLlib's default is False)."""
+    use_lstm: Annotated[bool, AfterValidator(_no_lstm)] = False
+    """Wrap the model in an LSTM (not available yet)."""
+    lstm_cell_size: PositiveInt = 256
+    """The LSTM's cell size (with ``use_lstm``)."""
+    max_seq_len: PositiveInt = 20
+    """Longest sequence trained through the LSTM (with ``use_lstm``)."""
+    lstm_use_prev_action: bool = False
+    """Feed the previous action to the LSTM (with ``use_lstm``)."""
+    lstm_use_prev_reward: bool = False
+    """Feed the previous reward to the LSTM (with ``use_lstm``)."""
+    custom_model: Any = None
+    """A ``TorchModelV2`` subclass: a name given to ``ModelCatalog.register_custom_model``, a
+    ``"package.module:Class"`` path, or the class."""
+    custom_model_config: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the custom model's constructor."""
+
+    @field_validator("custom_model")
+    @classmethod
+    def _custom_model(cls, value: Any) -> Any:
+        if value is None or isinstance(value, type) or (isinstance(value, str) and value):
+            return value
+        raise ValueError(
+            "custom_model must be a registered name, a 'package.module:Class' path or a class, "
+            f"got {value!r:.60}"
+        )
 
 
 class AlgorithmConfig(BaseModel):
@@ -501,6 +566,8 @@ class AlgorithmConfig(BaseModel):
 
         out = self.model_dump(exclude={"model"})
         out["model"] = self.model.model_dump()
+        if isinstance(self.model.custom_model, type):
+            out["model"]["custom_model"] = object_path(self.model.custom_model)
         if "lambda_" in out:
             out["lambda"] = out.pop("lambda_")
         out["framework"] = out.pop("framework_str")
@@ -766,10 +833,15 @@ class AlgorithmConfig(BaseModel):
         except ValidationError as err:
             problem = err.errors()[0]
             where = ".".join(str(p) for p in problem["loc"])
-            raise ConfigError(
-                f"training(): invalid model setting '{where}': {problem['msg']}; "
-                f"allowed keys: {', '.join(ModelConfig.model_fields)}"
-            ) from None
+            if problem["type"] == "extra_forbidden":
+                hint = difflib.get_close_matches(where, list(ModelConfig.model_fields), n=1)
+                guess = f" (did you mean '{hint[0]}'?)" if hint else ""
+                raise ConfigError(
+                    f"training(): unknown model setting '{where}'{guess}; "
+                    f"allowed keys: {', '.join(ModelConfig.model_fields)}"
+                ) from None
+            message = problem["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"training(): invalid model setting '{where}': {message}") from None
 
     @field_validator("env")
     @classmethod

@@ -182,7 +182,12 @@ def make_learner(
     action_space: Any,
     config: Any,
     device: str,
+    custom_models: dict[str, type] | None = None,
 ) -> Learner:
-    """A learner with a freshly initialized network (shipped to learner actors by Ray)."""
+    """A learner with a freshly initialized network (shipped to learner actors by Ray, with
+    the driver's ``ModelCatalog`` registrations)."""
+    from rltrainer.models.catalog import ModelCatalog
+
+    ModelCatalog.register_all(custom_models)
     policy = config.get_policy_class()(observation_space, action_space, config)
     return learner_class(policy.model, policy.dist_class, config, device=device)

@@ -32,6 +32,7 @@ from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
+from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import make_output_writer
 from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.sample_batch import SampleBatch, written_columns
@@ -158,11 +159,14 @@ class EnvRunner:
         remote: bool = False,
         env_creators: dict[str, Any] | None = None,
         in_evaluation: bool = False,
+        custom_models: dict[str, type] | None = None,
     ) -> None:
         """``in_evaluation``: a runner of the evaluation group (``policy_config["in_evaluation"]``)."""
-        # register_env() is per process: remote runners receive the driver's creators.
+        # register_env() and register_custom_model() are per process: remote runners receive
+        # the driver's registrations.
         for name, creator in (env_creators or {}).items():
             register_env(name, creator)
+        ModelCatalog.register_all(custom_models)
         self.config = config
         self.in_evaluation = in_evaluation
         self._policy_config: dict[str, Any] | None = None

@@ -19,6 +19,7 @@ from rltrainer.env.apis.task_settable_env import resolve_env_task_fn
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
 from rltrainer.env.registry import registered_creators
 from rltrainer.errors import CallbackError, NumericalError, WorkerError
+from rltrainer.models.catalog import ModelCatalog
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class EnvRunnerGroup:
                 num_workers=self.config.num_env_runners,
                 remote=True,
                 env_creators=registered_creators(),
+                custom_models=ModelCatalog.registered(),
                 in_evaluation=self._in_evaluation,
             )
         )

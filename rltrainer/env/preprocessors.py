@@ -2,7 +2,9 @@
 
 Box observations are flattened, Discrete and MultiDiscrete ones one-hot encoded,
 Dict and Tuple ones flattened recursively and concatenated in the space's order.
-Everything operates on the batch axis at once.
+Everything operates on the batch axis at once. Rows are float32, but for ``uint8`` frames (a
+rank-3 ``uint8`` Box): those stay ``uint8``, 4x smaller through sampling, transfer and replay;
+the conv encoder scales them (``rltrainer.core.encoders``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ class Preprocessor:
     def __init__(self, space: spaces.Space) -> None:
         self.space = space
         self.size = _flat_size(space)
-        if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        self.dtype = np.dtype(np.float32)
+        """The rows' dtype: ``uint8`` for ``uint8`` frames, float32 for everything else."""
+        if isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8:
+            self.dtype = np.dtype(np.uint8)
+            self.transform = _flatten_frames
+        elif isinstance(space, (spaces.Box, spaces.MultiBinary)):
             self.transform = _flatten_array  # env runners call it every step: skip the dispatch
 
     def transform(self, batch: Any) -> np.ndarray:
@@ -32,7 +39,7 @@ class Preprocessor:
         """One observation -> float32 array ``[1, size]``; ``EnvError`` when it does not fit the
         observation space (a user's call, e.g. ``compute_single_action``, not the env's)."""
         try:
-            flat = _flatten(self.space, _add_batch_axis(self.space, obs))
+            flat = self.transform(_add_batch_axis(self.space, obs))
         except (ValueError, TypeError, KeyError, IndexError) as err:
             flat, problem = None, f"{type(err).__name__}: {err}"
         if flat is None or flat.shape != (1, self.size):
@@ -70,6 +77,14 @@ def _flatten_array(batch: Any) -> np.ndarray:
     """Box and MultiBinary batches: float32 ``[B, size]``."""
     arr = np.asarray(batch, dtype=np.float32)
     return arr if arr.ndim == 2 else arr.reshape(arr.shape[0], -1)
+
+
+def _flatten_frames(batch: Any) -> np.ndarray:
+    """``uint8`` frame batches: ``uint8`` ``[B, size]`` (a view when the batch is one array)."""
+    arr = np.asarray(batch)
+    if arr.dtype != np.uint8:
+        arr = arr.astype(np.uint8)
+    return arr.reshape(arr.shape[0], -1)
 
 
 def _flatten(space: spaces.Space, batch: Any) -> np.ndarray:

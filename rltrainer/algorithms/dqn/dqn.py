@@ -29,7 +29,27 @@ class DQNPolicy(Policy):
         return Categorical
 
     def make_model(self) -> DQNModule:
+        """Q-values from an MLP, or from the ``hiddens`` head (and dueling value head) over a
+        conv stack (image observations) or a custom model's outputs."""
         cfg = self.config
+        encoder = self.make_encoder()
+        if cfg.model.custom_model is not None:
+            from functools import partial
+
+            from rltrainer.models.torch.adapter import CustomEncoder
+
+            size = self.preprocessor.size
+            encoder = partial(CustomEncoder, self.observation_space, self.action_space, size, cfg.model)
+        if encoder is not None:
+            from rltrainer.core.encoders import EncoderQNetwork
+
+            num_actions, hiddens = int(self.action_space.n), list(cfg.hiddens)
+            activation = cfg.model.fcnet_activation
+
+            def make_q() -> EncoderQNetwork:
+                return EncoderQNetwork(encoder, num_actions, hiddens, activation, cfg.dueling)
+
+            return DQNModule(make_q)
         return DQNModule(
             obs_size=self.preprocessor.size,
             num_actions=int(self.action_space.n),

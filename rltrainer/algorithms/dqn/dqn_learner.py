@@ -16,12 +16,15 @@ from rltrainer.utils.replay_buffers import ReplayBatch
 
 
 class DQNModule(nn.Module):
-    """The online Q-network ``q`` and its target copy ``target`` (not trained by gradients)."""
+    """The online Q-network ``q`` and its target copy ``target`` (not trained by gradients):
+    ``make_q()`` (a ``QNetwork``, or an ``EncoderQNetwork`` over a conv stack or a custom model)
+    or, without it, ``QNetwork(**q_kwargs)``."""
 
-    def __init__(self, **q_kwargs: Any) -> None:
+    def __init__(self, make_q: Any = None, **q_kwargs: Any) -> None:
         super().__init__()
-        self.q = QNetwork(**q_kwargs)
-        self.target = QNetwork(**q_kwargs)
+        make_q = make_q or (lambda: QNetwork(**q_kwargs))
+        self.q = make_q()
+        self.target = make_q()
         self.target.load_state_dict(self.q.state_dict())
         self.target.requires_grad_(False)
 

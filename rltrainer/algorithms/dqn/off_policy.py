@@ -38,6 +38,8 @@ class OffPolicyAlgorithm(Algorithm):
         self.replay_buffer: ReplayBuffer = make_replay_buffer(
             cfg.replay_buffer_config,
             obs_shape=(policy.preprocessor.size,),
+            # uint8 frames stay uint8 in the buffer (a MeanStdFilter's output is float32)
+            obs_dtype=policy.preprocessor.dtype if cfg.observation_filter == "NoFilter" else np.float32,
             action_shape=self.action_space.shape if box else (),
             action_dtype=np.float32 if box else np.int64,
             seed=cfg.seed,

@@ -1,0 +1,154 @@
+"""Encoders beyond the flat MLP, and the actor-critic and Q heads over them.
+
+Convolutional encoders read image observations (a rank-3 ``Box``: height x width x channels).
+
+The env runners hand every model a flat row per observation (``Preprocessor``); for an image
+space that row keeps the space's dtype (``uint8`` frames stay ``uint8`` from the env to the
+learner) and ``ConvEncoder`` reshapes it back to ``[B, H, W, C]``, scales it (``1/255`` for a
+``uint8`` space, decided by the space so that a float32 copy of the same frame gives the same
+features), runs the conv stack in channels-first order, flattens, and applies
+``post_fcnet_hiddens``.
+
+``conv_filters`` and their defaults per frame size: ``rltrainer.models.conv_filters``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rltrainer.core.models import ACTIVATIONS, mlp
+from rltrainer.models.conv_filters import conv_layers
+
+
+class ConvEncoder(nn.Module):
+    """Flat rows of an image space -> features ``[B, out_size]`` (see the module doc)."""
+
+    def __init__(
+        self,
+        space: spaces.Box,
+        conv_filters: list | None,
+        conv_activation: str,
+        post_hiddens: list[int],
+        post_activation: str,
+    ) -> None:
+        super().__init__()
+        self.frame_shape = tuple(int(n) for n in space.shape)
+        self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
+        height, width, channels = self.frame_shape
+        layers: list[nn.Module] = []
+        for out_channels, kernel, stride, same in conv_layers(space, conv_filters):
+            if same:
+                pads: list[int] = []
+                for n, k, s in zip((width, height), kernel[::-1], stride[::-1], strict=True):
+                    total = max((-(-n // s) - 1) * s + k - n, 0)
+                    pads += [total // 2, total - total // 2]
+                layers.append(nn.ZeroPad2d(tuple(pads)))
+            conv = nn.Conv2d(channels, out_channels, kernel, stride)
+            nn.init.orthogonal_(conv.weight, gain=np.sqrt(2))
+            nn.init.zeros_(conv.bias)
+            layers += [conv, ACTIVATIONS[conv_activation]()]
+            channels = out_channels
+            height, width = (
+                (-(-height // stride[0]), -(-width // stride[1]))
+                if same
+                else ((height - kernel[0]) // stride[0] + 1, (width - kernel[1]) // stride[1] + 1)
+            )
+        self.convs = nn.Sequential(*layers)
+        features = channels * height * width
+        if post_hiddens:
+            self.post = mlp([features, *post_hiddens], post_activation, out_gain=np.sqrt(2))
+            self.post.append(ACTIVATIONS[post_activation]())
+            features = post_hiddens[-1]
+        else:
+            self.post = None
+        self.out_size = features
+
+    def forward(self, flat_obs: torch.Tensor) -> torch.Tensor:
+        frames = flat_obs.reshape(len(flat_obs), *self.frame_shape).permute(0, 3, 1, 2)
+        x = self.convs(frames.float() * self.scale).flatten(1)
+        return x if self.post is None else self.post(x)
+
+
+def torch_inference(forward: Any, module: nn.Module):
+    """``obs (numpy) -> outputs (numpy)`` through ``forward`` on ``module``'s device, without
+    autograd: how env runners act with models numpy cannot run (conv stacks, custom models)."""
+
+    @torch.inference_mode()
+    def run(obs: np.ndarray) -> np.ndarray:
+        device = next(module.parameters()).device
+        array = np.ascontiguousarray(obs)
+        if not array.flags.writeable:  # e.g. from Ray's object store
+            array = array.copy()
+        return forward(torch.from_numpy(array).to(device)).float().cpu().numpy()
+
+    return run
+
+
+class EncoderActorCritic(nn.Module):
+    """``ActorCritic``'s interface over an encoder (``make_encoder()`` -> a module with
+    ``out_size``): policy and value heads are one linear layer each on its features. With
+    ``vf_share_layers`` one encoder (``trunk``) feeds both heads; otherwise the value function
+    has its own (``vf_encoder``, as RLlib's vision network builds a second conv stack)."""
+
+    def __init__(
+        self, make_encoder: Any, num_outputs: int, vf_share_layers: bool, free_log_std: bool
+    ) -> None:
+        super().__init__()
+        self.free_log_std = free_log_std
+        pi_outputs = num_outputs // 2 if free_log_std else num_outputs
+        self.trunk = make_encoder()
+        self.vf_encoder = None if vf_share_layers else make_encoder()
+        self.pi = mlp([self.trunk.out_size, pi_outputs], "linear", out_gain=0.01)
+        self.vf = mlp([self.trunk.out_size, 1], "linear", out_gain=1.0)
+        if free_log_std:
+            self.log_std = nn.Parameter(torch.zeros(pi_outputs))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(dist_inputs [B, num_outputs], values [B])``."""
+        features = self.trunk(obs)
+        vf_features = features if self.vf_encoder is None else self.vf_encoder(obs)
+        return self._dist_inputs(features), self.vf(vf_features).squeeze(-1)
+
+    def values(self, obs: torch.Tensor) -> torch.Tensor:
+        encoder = self.trunk if self.vf_encoder is None else self.vf_encoder
+        return self.vf(encoder(obs)).squeeze(-1)
+
+    def _dist_inputs(self, features: torch.Tensor) -> torch.Tensor:
+        out = self.pi(features)
+        if self.free_log_std:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out
+
+    def numpy_policy(self):
+        """``obs (numpy) -> dist_inputs (numpy)``, run with torch (see ``torch_inference``)."""
+        return torch_inference(lambda obs: self._dist_inputs(self.trunk(obs)), self)
+
+
+class EncoderQNetwork(nn.Module):
+    """``QNetwork``'s interface over an encoder: ``hiddens`` layers, then one output per action,
+    on its features; with ``dueling`` a value head too."""
+
+    def __init__(
+        self, make_encoder: Any, num_actions: int, hiddens: list[int], activation: str, dueling: bool
+    ):
+        super().__init__()
+        self.dueling = dueling
+        self.trunk = make_encoder()
+        features = self.trunk.out_size
+        self.advantage = mlp([features, *hiddens, num_actions], activation, out_gain=1.0)
+        self.value = mlp([features, *hiddens, 1], activation, out_gain=1.0) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(obs)
+        advantages = self.advantage(features)
+        if self.value is None:
+            return advantages
+        return self.value(features) + advantages - advantages.mean(-1, keepdim=True)
+
+    def numpy_policy(self):
+        return torch_inference(self.forward, self)

@@ -1,0 +1,310 @@
+"""Models beyond MLPs: conv stacks over ``uint8`` frames (kept ``uint8`` from the env to the
+learner), RLlib's model settings, and custom models (``ModelCatalog``, ``TorchModelV2``) for PPO
+and DQN, in the driver and in remote actors, through checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from rltrainer.algorithms import Algorithm
+from rltrainer.algorithms.dqn import DQNConfig
+from rltrainer.algorithms.ppo import PPOConfig
+from rltrainer.algorithms.sac import SACConfig
+from rltrainer.cli import main
+from rltrainer.core.encoders import ConvEncoder, EncoderActorCritic
+from rltrainer.errors import ConfigError
+from rltrainer.models import ModelCatalog, TorchModelV2
+from rltrainer.models.conv_filters import DEFAULT_CONV_FILTERS
+
+FRAMES = "tests.envs:BrightSideEnv"
+
+
+class TinyModel(TorchModelV2):
+    """A custom model: a policy MLP on ``obs_flat`` and a separate value MLP."""
+
+    def __init__(self, obs_space, action_space, num_outputs, model_config, name, hidden: int = 32):
+        super().__init__(obs_space, action_space, num_outputs, model_config, name)
+        size = int(np.prod(obs_space.shape))
+        self.policy_net = nn.Sequential(nn.Linear(size, hidden), nn.Tanh(), nn.Linear(hidden, num_outputs))
+        self.value_net = nn.Sequential(nn.Linear(size, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self._values = None
+
+    def forward(self, input_dict, state, seq_lens):  # noqa: ARG002
+        self._values = self.value_net(input_dict["obs_flat"]).squeeze(-1)
+        return self.policy_net(input_dict["obs_flat"]), state
+
+    def value_function(self):
+        return self._values
+
+
+class WrongWidth(TinyModel):
+    def forward(self, input_dict, state, seq_lens):
+        outputs, state = super().forward(input_dict, state, seq_lens)
+        return outputs[:, :1], state
+
+
+class NotAModel(nn.Module):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _registrations():
+    saved = ModelCatalog.registered()
+    ModelCatalog.register_custom_model("tiny", TinyModel)
+    yield
+    ModelCatalog._custom_models.clear()
+    ModelCatalog._custom_models.update(saved)
+
+
+def frames_ppo(**model) -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment(FRAMES)
+        .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=32)
+        .training(train_batch_size=256, minibatch_size=64, num_epochs=4, lr=1e-3, model=model)
+        .debugging(seed=0)
+    )
+
+
+# --- frames ------------------------------------------------------------------------------------
+
+
+def test_ppo_learns_from_uint8_frames_with_the_default_conv_stack(tmp_path):
+    algo = frames_ppo().reporting(storage_path=str(tmp_path)).build()
+    try:
+        model = algo.get_policy().model
+        assert isinstance(model, EncoderActorCritic) and model.vf_encoder is not None  # vf_share_layers=False
+        rollout = algo.env_runner_group.local_worker()._rollout(4, explore=True)
+        assert rollout.obs.dtype == np.uint8 and rollout.obs.shape == (4, 8, 10 * 10 * 2)
+        returns = [algo.train()["episode_return_mean"] for _ in range(25)]
+        assert max(returns) >= 8.5, returns  # a blind policy scores 5
+        checkpoint = algo.save()
+    finally:
+        algo.stop()
+    restored = Algorithm.from_checkpoint(checkpoint)
+    try:
+        frame = restored.env_runner_group.local_worker().env.envs[0].unwrapped._frame()
+        as_float = frame.astype(np.float32)  # the space, not the array, decides the scaling
+        assert restored.compute_single_action(frame, explore=False) == restored.compute_single_action(
+            as_float, explore=False
+        )
+    finally:
+        restored.stop()
+
+
+@pytest.mark.parametrize("size", sorted(DEFAULT_CONV_FILTERS))
+def test_default_conv_filters_fit_their_frame_sizes(size):
+    space = spaces.Box(0, 255, (*size, 3), np.uint8)
+    encoder = ConvEncoder(space, None, "relu", [], "relu")
+    features = encoder(torch.zeros(2, int(np.prod(space.shape)), dtype=torch.uint8))
+    assert features.shape == (2, encoder.out_size)
+    if size in ((84, 84), (42, 42)):
+        assert encoder.out_size == 256  # RLlib's: the last layer leaves a 1x1x256 map
+
+
+def test_post_fcnet_hiddens_and_shared_layers():
+    algo = frames_ppo(
+        vf_share_layers=True, post_fcnet_hiddens=[64], conv_filters=[[8, 3, 2], [16, 3, 2]]
+    ).build()
+    try:
+        model = algo.get_policy().model
+        assert model.vf_encoder is None and model.trunk.out_size == 64
+        names = set(algo.get_policy().get_weights())
+        assert {"trunk.convs.1.weight", "trunk.post.0.weight", "pi.0.weight", "vf.0.weight"} <= names
+        algo.train()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_frames_stay_uint8_in_remote_runners_and_the_replay_buffer():
+    config = (
+        DQNConfig()
+        .environment(FRAMES)
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=4, rollout_fragment_length=8)
+        .training(
+            train_batch_size=32,
+            replay_buffer_config={"capacity": 1000},
+            num_steps_sampled_before_learning_starts=64,
+        )
+        .debugging(seed=0)
+    )
+    algo = config.build()
+    try:
+        dtypes = algo.workers.foreach_worker(
+            lambda w: w._rollout(2, explore=True).obs.dtype.str, local_worker=False
+        )
+        assert dtypes == [np.dtype(np.uint8).str]
+        for _ in range(3):
+            algo.train()
+        assert algo.replay_buffer._storage.obs.dtype == np.uint8
+        q_values = algo.get_policy().compute_actions(np.zeros((3, 200), np.uint8))[2]["q_values"]
+        assert q_values.shape == (3, 2)
+    finally:
+        algo.stop()
+
+
+# --- custom models -----------------------------------------------------------------------------
+
+
+def test_a_registered_custom_model_trains_saves_and_restores(tmp_path):
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .training(
+            train_batch_size=256,
+            minibatch_size=128,
+            num_epochs=2,
+            model={"custom_model": "tiny", "custom_model_config": {"hidden": 16}},
+        )
+        .reporting(storage_path=str(tmp_path))
+        .debugging(seed=0)
+    )
+    algo = config.build()
+    try:
+        policy = algo.get_policy()
+        assert (
+            isinstance(policy.model.model, TinyModel) and policy.model.model.policy_net[0].out_features == 16
+        )
+        algo.train()
+        checkpoint = Path(algo.save())
+    finally:
+        algo.stop()
+    saved = json.loads((checkpoint / "rltrainer_checkpoint.json").read_text())
+    assert saved["config"]["model"]["custom_model"] == "tiny"
+    assert not [p for p in checkpoint.iterdir() if p.suffix in (".pkl", ".pickle")]
+    restored = Algorithm.from_checkpoint(str(checkpoint))
+    try:
+        obs = np.array([0.01, 0.02, 0.03, 0.04], np.float32)
+        before = {k: v for k, v in restored.get_policy().get_weights().items()}
+        assert "model.policy_net.0.weight" in before
+        restored.compute_single_action(obs, explore=False)
+    finally:
+        restored.stop()
+
+
+def test_a_custom_model_by_class_path_gives_dqn_features_for_its_q_head():
+    config = (
+        DQNConfig()
+        .environment("CartPole-v1")
+        .training(
+            model={"custom_model": "tests.test_models:TinyModel", "fcnet_hiddens": [24]},
+            train_batch_size=32,
+            num_steps_sampled_before_learning_starts=32,
+        )
+        .debugging(seed=0)
+    )
+    algo = config.build()
+    try:
+        q = algo.get_policy().model.q
+        assert isinstance(q.trunk.model, TinyModel) and q.trunk.out_size == 24  # the last of fcnet_hiddens
+        algo.train()
+        algo.train()
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_registrations_reach_remote_env_runners_and_learners():
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1)
+        .resources(num_learners=1)
+        .training(train_batch_size=128, minibatch_size=64, num_epochs=1, model={"custom_model": "tiny"})
+    )
+    algo = config.build()
+    try:
+        algo.train()
+        kinds = algo.workers.foreach_worker(lambda w: type(w.policy.model.model).__name__, local_worker=False)
+        assert kinds == ["TinyModel"]
+        assert algo.learner_group.foreach_learner(lambda learner: type(learner.module.model).__name__) == [
+            "TinyModel"
+        ]
+    finally:
+        algo.stop()
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            PPOConfig().environment("CartPole-v1").training(model={"custom_model": "nope"}),
+            r"'nope' is not registered \(registered: tiny\)",
+        ),
+        (
+            PPOConfig().environment("CartPole-v1").training(model={"custom_model": "no_such_pkg:M"}),
+            r"'no_such_pkg:M' cannot be imported",
+        ),
+        (
+            PPOConfig()
+            .environment("CartPole-v1")
+            .training(model={"custom_model": "tests.test_models:NotAModel"}),
+            r"not a TorchModelV2 subclass",
+        ),
+        (
+            PPOConfig()
+            .environment("CartPole-v1")
+            .training(model={"custom_model": "tests.test_models:WrongWidth"}),
+            r"outputs of shape \(2, 1\) for a batch of 2; expected \(2, 2\)",
+        ),
+        (
+            PPOConfig()
+            .environment("CartPole-v1")
+            .training(model={"custom_model": "tiny", "custom_model_config": {"width": 3}}),
+            r"TinyModel: constructing it failed .*unexpected keyword argument 'width'",
+        ),
+        (
+            frames_ppo().environment(env_config={"size": 20}),
+            r"no default conv_filters for 20x20 frames \(defaults exist for 96x96, 84x84",
+        ),
+        (
+            frames_ppo(conv_filters=[[16, 4, 2], [32, 11, 1]]),
+            r"layer 1 \[32, 11, 1\] shrinks the 10x10 frame below 1x1 \(-5x-5\)",
+        ),
+        (
+            SACConfig().environment("Pendulum-v1").training(model={"custom_model": "tiny"}),
+            r"SAC has no custom models yet",
+        ),
+    ],
+)
+def test_models_that_do_not_fit_fail_at_build(config, message):
+    with pytest.raises(ConfigError, match=message):
+        config.build()
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({"use_lstm": True}, r"'use_lstm': recurrent models are not available yet"),
+        (
+            {"conv_filters": [[16, [8, 8]]]},
+            r"'conv_filters': layer 0 is \[16, \[8, 8\]\]; each layer is \[out_channels, kernel, stride\]",
+        ),
+        ({"custom_model": 3}, r"custom_model must be a registered name"),
+        ({"fcnet_hidens": [8]}, r"unknown model setting 'fcnet_hidens' \(did you mean 'fcnet_hiddens'\?\)"),
+    ],
+)
+def test_bad_model_settings_are_config_errors(model, message):
+    with pytest.raises(ConfigError, match=message):
+        PPOConfig().training(model=model)
+
+
+def test_cli_unregistered_custom_model_is_one_line(tmp_path, capsys):
+    code = main([
+        "train", "--algo", "PPO", "--env", "CartPole-v1", "--storage-path", str(tmp_path),
+        "--config", json.dumps({"model": {"custom_model": "missing"}}),
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "model.custom_model 'missing' is not registered" in err
