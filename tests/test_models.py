@@ -22,6 +22,7 @@ from rltrainer.core.encoders import ConvEncoder, EncoderActorCritic
 from rltrainer.errors import ConfigError
 from rltrainer.models import ModelCatalog, TorchModelV2
 from rltrainer.models.conv_filters import DEFAULT_CONV_FILTERS
+from rltrainer.models.preprocessors import get_preprocessor
 
 FRAMES = "tests.envs:BrightSideEnv"
 
@@ -308,3 +309,69 @@ def test_cli_unregistered_custom_model_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "model.custom_model 'missing' is not registered" in err
+
+
+# --- the documents' model API ------------------------------------------------------------------
+
+
+def test_the_documents_model_calls_on_ppo():
+    algo = PPOConfig().environment("CartPole-v1").training(train_batch_size=128, minibatch_size=64).build()
+    try:
+        policy = algo.get_policy()
+        prep = get_preprocessor(policy.observation_space)(policy.observation_space)
+        obs = np.array([[0.1, 0.2, 0.3, 0.4], [0.0, -0.1, 0.02, 0.3]], np.float32)
+        rows = np.stack([prep.transform(o) for o in obs])
+        logits, state = policy.model({"obs": torch.from_numpy(rows)})
+        assert logits.shape == (2, 2) and state == []
+        values = policy.model.value_function()
+        np.testing.assert_allclose(values.detach().numpy(), policy.compute_values(rows), rtol=1e-5)
+        dist = policy.dist_class(logits, policy.model)
+        actions = dist.sample()
+        assert dist.logp(actions).shape == (2,) and dist.entropy().shape == (2,)
+        assert torch.allclose(dist.kl(dist), torch.zeros(2), atol=1e-6)
+        greedy = dist.deterministic_sample().numpy()
+        assert list(greedy) == [algo.compute_single_action(o, explore=False) for o in obs]
+        logits_np, _ = policy.model({"obs": rows})  # numpy batches are fine too
+        assert torch.equal(logits_np, logits)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_the_documents_dqn_q_values_and_state_value(dueling):
+    algo = DQNConfig().environment("CartPole-v1").training(dueling=dueling).build()
+    try:
+        model = algo.get_policy().model
+        obs = np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)
+        model_out, _ = model({"obs": obs})
+        q_values = model.get_q_value_distributions(model_out)[0]
+        expected = algo.get_policy().compute_actions(obs)[2]["q_values"]
+        np.testing.assert_allclose(q_values.detach().numpy(), expected, rtol=1e-5)
+        value = model.get_state_value(model_out)
+        assert value.shape == (1, 1)
+        if not dueling:
+            assert value.item() == pytest.approx(q_values.max().item())
+    finally:
+        algo.stop()
+
+
+def test_a_custom_models_own_outputs_through_the_documents_call():
+    algo = PPOConfig().environment("CartPole-v1").training(model={"custom_model": "tiny"}).build()
+    try:
+        policy = algo.get_policy()
+        outputs, state = policy.model({"obs": np.zeros((3, 4), np.float32)})
+        assert outputs.shape == (3, 2) and state == [] and policy.model.value_function().shape == (3,)
+    finally:
+        algo.stop()
+
+
+def test_get_preprocessor_gives_the_row_the_model_reads():
+    space = spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "item": spaces.Discrete(3)})
+    prep = get_preprocessor(space)(space)
+    row = prep.transform({"item": 2, "pos": np.array([0.5, -0.5], np.float32)})
+    assert prep.shape == (5,) and list(row) == [0.0, 0.0, 1.0, 0.5, -0.5]  # Dict keys in sorted order
+    frames = spaces.Box(0, 255, (4, 4, 1), np.uint8)
+    assert (
+        ModelCatalog.get_preprocessor_for_space(frames).transform(np.ones((4, 4, 1), np.uint8)).dtype
+        == np.uint8
+    )

@@ -21,7 +21,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rltrainer.core.models import ACTIVATIONS, mlp
+from rltrainer.core.models import ACTIVATIONS, ModelV2Calls, mlp
 from rltrainer.models.conv_filters import conv_layers
 
 
@@ -89,7 +89,7 @@ def torch_inference(forward: Any, module: nn.Module):
     return run
 
 
-class EncoderActorCritic(nn.Module):
+class EncoderActorCritic(ModelV2Calls, nn.Module):
     """``ActorCritic``'s interface over an encoder (``make_encoder()`` -> a module with
     ``out_size``): policy and value heads are one linear layer each on its features. With
     ``vf_share_layers`` one encoder (``trunk``) feeds both heads; otherwise the value function
@@ -108,8 +108,10 @@ class EncoderActorCritic(nn.Module):
         if free_log_std:
             self.log_std = nn.Parameter(torch.zeros(pi_outputs))
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(dist_inputs [B, num_outputs], values [B])``."""
+    def forward(self, obs: torch.Tensor, state: Any = None, seq_lens: Any = None) -> tuple[torch.Tensor, Any]:  # noqa: ARG002
+        """``(dist_inputs [B, num_outputs], values [B])``, or RLlib's call (``ModelV2Calls``)."""
+        if isinstance(obs, dict):
+            return self._call_input_dict(obs, state)
         features = self.trunk(obs)
         vf_features = features if self.vf_encoder is None else self.vf_encoder(obs)
         return self._dist_inputs(features), self.vf(vf_features).squeeze(-1)
@@ -144,11 +146,22 @@ class EncoderQNetwork(nn.Module):
         self.value = mlp([features, *hiddens, 1], activation, out_gain=1.0) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features = self.trunk(obs)
+        return self.q_values(self.trunk(obs))
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.trunk(obs)
+
+    def q_values(self, features: torch.Tensor) -> torch.Tensor:
         advantages = self.advantage(features)
         if self.value is None:
             return advantages
         return self.value(features) + advantages - advantages.mean(-1, keepdim=True)
+
+    def state_value(self, features: torch.Tensor) -> torch.Tensor:
+        """``V(s)`` ``[B]``: the dueling value head, or without one the greedy ``max_a Q(s, a)``."""
+        if self.value is not None:
+            return self.value(features).squeeze(-1)
+        return self.q_values(features).max(-1).values
 
     def numpy_policy(self):
         return torch_inference(self.forward, self)

@@ -2,9 +2,14 @@
 
 Parameter names are kept plain (``pi.0.weight``, ``vf.2.bias``) so the weights saved in a
 checkpoint load into an ordinary ``torch.nn.Sequential`` without rltrainer.
+
+Every policy module also answers RLlib's ModelV2 calls (``ModelV2Calls``):
+``model({"obs": rows})`` -> ``(outputs, state)`` and ``model.value_function()`` after it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +32,39 @@ ACTIVATION_FNS = {
     "silu": torch.nn.functional.silu,
     "linear": lambda x: x,
 }
+
+
+def input_dict_rows(module: nn.Module, input_dict: dict) -> torch.Tensor:
+    """``input_dict["obs"]`` (numpy or torch, one observation per row, as
+    ``get_preprocessor(space)(space).transform(obs)`` gives them) as float32 rows on
+    ``module``'s device."""
+    if not isinstance(input_dict, dict) or "obs" not in input_dict:
+        raise ValueError("a model call takes an input dict with an 'obs' batch: model({'obs': batch})")
+    obs = input_dict["obs"]
+    rows = obs if isinstance(obs, torch.Tensor) else torch.from_numpy(np.array(obs, dtype=np.float32))
+    device = next(module.parameters()).device
+    return rows.reshape(len(rows), -1).to(device=device, dtype=torch.float32)
+
+
+class ModelV2Calls:
+    """RLlib's ModelV2 calls on a policy module (a mixin for ``nn.Module``s whose ``forward``
+    takes flat rows and returns ``(dist_inputs, values)``): ``model({"obs": rows}, state,
+    seq_lens)`` returns ``(dist_inputs, state)`` (``[]``: no recurrent state) and keeps the
+    values for ``value_function()``. The learners call ``forward`` with a tensor, never a dict."""
+
+    _last_values: torch.Tensor | None = None
+
+    def _call_input_dict(self, input_dict: dict, state: Any) -> tuple[torch.Tensor, list]:
+        dist_inputs, self._last_values = self.forward(input_dict_rows(self, input_dict))
+        return dist_inputs, list(state or [])
+
+    def value_function(self) -> torch.Tensor:
+        """The values ``[B]`` of the last ``model({"obs": ...})`` call's batch."""
+        if self._last_values is None:
+            raise ValueError(
+                "value_function() gives the values of the last model({'obs': ...}) call: call it first"
+            )
+        return self._last_values
 
 
 class NumpyMLP:
@@ -116,7 +154,7 @@ def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(ModelV2Calls, nn.Module):
     """Policy logits (or Gaussian parameters) and a state value from a flat observation.
 
     With ``vf_share_layers`` one trunk feeds both heads (``trunk``, ``pi``, ``vf``);
@@ -168,8 +206,11 @@ class ActorCritic(nn.Module):
 
         return dist_inputs
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(dist_inputs [B, num_outputs], values [B])``."""
+    def forward(self, obs: torch.Tensor, state: Any = None, seq_lens: Any = None) -> tuple[torch.Tensor, Any]:  # noqa: ARG002
+        """``(dist_inputs [B, num_outputs], values [B])`` (RLlib's ``model({"obs": ...})``:
+        ``(dist_inputs, state)``, see ``ModelV2Calls``)."""
+        if isinstance(obs, dict):
+            return self._call_input_dict(obs, state)
         features = self._features(obs)
         dist_inputs = self._run_pi(features)
         if self.free_log_std:
@@ -214,11 +255,23 @@ class QNetwork(nn.Module):
         self._run_value = FastMLP(self.value, activation) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features = obs if self._run_trunk is None else self._run_trunk(obs)
+        return self.q_values(self.features(obs))
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the heads read: the trunk's output (the rows themselves without ``fcnet_hiddens``)."""
+        return obs if self._run_trunk is None else self._run_trunk(obs)
+
+    def q_values(self, features: torch.Tensor) -> torch.Tensor:
         advantages = self._run_advantage(features)
         if not self.dueling:
             return advantages
         return self._run_value(features) + advantages - advantages.mean(-1, keepdim=True)
+
+    def state_value(self, features: torch.Tensor) -> torch.Tensor:
+        """``V(s)`` ``[B]``: the dueling value head, or without one the greedy ``max_a Q(s, a)``."""
+        if self.dueling:
+            return self._run_value(features).squeeze(-1)
+        return self.q_values(features).max(-1).values
 
     def numpy_policy(self):
         """``flat_obs (numpy) -> Q-values (numpy)`` without torch, for CPU inference."""

@@ -43,6 +43,13 @@ class ModelCatalog:
         """Register ``models`` (a remote actor receiving the driver's registrations)."""
         cls._custom_models.update(models or {})
 
+    @staticmethod
+    def get_preprocessor_for_space(observation_space: Any, options: dict | None = None) -> Any:
+        """RLlib's: an instance of ``get_preprocessor(space)`` (``.transform(obs)``: a model row)."""
+        from rltrainer.models.preprocessors import get_preprocessor
+
+        return get_preprocessor(observation_space)(observation_space, options)
+
     @classmethod
     def get_custom_model(cls, spec: Any) -> type:
         """The class ``custom_model`` names (a registered name, a path, or the class itself);

@@ -11,7 +11,7 @@ from torch.nn import functional
 
 from rltrainer.algorithms.dqn.dqn_config import DQNConfig
 from rltrainer.core.learner import Learner
-from rltrainer.core.models import QNetwork, TargetCopy
+from rltrainer.core.models import QNetwork, TargetCopy, input_dict_rows
 from rltrainer.utils.replay_buffers import ReplayBatch
 
 
@@ -28,9 +28,22 @@ class DQNModule(nn.Module):
         self.target.load_state_dict(self.q.state_dict())
         self.target.requires_grad_(False)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values of the online network."""
+    def forward(self, obs: Any, state: Any = None, seq_lens: Any = None) -> Any:  # noqa: ARG002
+        """Q-values of the online network for flat rows. RLlib's call ``model({"obs": rows})``
+        returns ``(features, state)`` for ``get_q_value_distributions`` and ``get_state_value``."""
+        if isinstance(obs, dict):
+            return self.q.features(input_dict_rows(self, obs)), list(state or [])
         return self.q(obs)
+
+    def get_q_value_distributions(self, model_out: torch.Tensor) -> list[torch.Tensor]:
+        """RLlib's ``[action_scores, logits, probs_or_logits]``: here the Q-values ``[B, n]``
+        three times (no distributional DQN), from ``model({"obs": ...})``'s features."""
+        q_values = self.q.q_values(model_out)
+        return [q_values, q_values, q_values]
+
+    def get_state_value(self, model_out: torch.Tensor) -> torch.Tensor:
+        """``V(s)`` ``[B, 1]`` from the features: the dueling value head, else ``max_a Q``."""
+        return self.q.state_value(model_out).unsqueeze(-1)
 
     def numpy_policy(self):
         return self.q.numpy_policy()

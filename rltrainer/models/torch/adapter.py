@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from rltrainer.core.encoders import torch_inference
+from rltrainer.core.models import input_dict_rows
 from rltrainer.errors import ConfigError
 from rltrainer.models.catalog import ModelCatalog
 
@@ -88,9 +89,18 @@ class CustomActorCritic(nn.Module):
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         return out
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: Any, state: Any = None, seq_lens: Any = None) -> tuple[torch.Tensor, Any]:
+        """``(dist_inputs, values)`` from flat rows; RLlib's call ``model({"obs": ...}, state,
+        seq_lens)`` goes to the custom model itself (its outputs and state)."""
+        if isinstance(obs, dict):
+            rows = input_dict_rows(self, obs)
+            return self.model(_input_dict(self.obs_space, rows), list(state or []), seq_lens)
         dist_inputs = self._dist_inputs(obs)
         return dist_inputs, self.model.value_function().reshape(-1)
+
+    def value_function(self) -> torch.Tensor:
+        """The custom model's values of its last batch."""
+        return self.model.value_function()
 
     def values(self, obs: torch.Tensor) -> torch.Tensor:
         self.model(_input_dict(self.obs_space, obs), [], None)
