@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from rltrainer.core.action_masks import valid_actions
 from rltrainer.core.distributions import ActionDistribution, Categorical, dist_class_for
 from rltrainer.core.exploration import Exploration, StochasticSampling, make_exploration
 from rltrainer.core.models import ActorCritic, NumpyMLP
@@ -45,6 +46,7 @@ class Policy:
         self.preprocessor = Preprocessor(observation_space)
         self.dist_class = self.make_dist_class()
         self.model = self.make_model()
+        self._mask_columns = self.action_mask_columns()
         self._rescale = self._action_rescaler(action_space, config)
         self.rng = np.random.default_rng(seed)
         try:
@@ -67,7 +69,23 @@ class Policy:
     def make_model(self) -> torch.nn.Module:
         """The module the learner trains and env runners act with (PPO): a custom model's
         ``CustomActorCritic``, an ``EncoderActorCritic`` over a conv stack for image
-        observations, else the ``ActorCritic`` MLP."""
+        observations, else the ``ActorCritic`` MLP; masked (``MaskedActorCritic``) when the
+        observation holds an action mask."""
+        model = self.make_unmasked_model()
+        columns = self.action_mask_columns()
+        if columns is None:
+            return model
+        from rltrainer.core.action_masks import MaskedActorCritic
+
+        return MaskedActorCritic(model, columns)
+
+    def action_mask_columns(self) -> slice | None:
+        """The action mask's columns in the observation row (``None``: no mask)."""
+        from rltrainer.core.action_masks import mask_columns
+
+        return mask_columns(self.observation_space, self.action_space, self.config.model.action_mask_key)
+
+    def make_unmasked_model(self) -> torch.nn.Module:
         model = self.config.model
         num_outputs = self.dist_class.required_inputs(self.action_space)
         free_log_std = isinstance(self.action_space, spaces.Box) and model.free_log_std
@@ -148,6 +166,8 @@ class Policy:
         else:
             dist_inputs = self._numpy_policy(flat_obs)
             distribution = ActionDistribution(self.dist_class, dist_inputs, self.rng)
+            if self._mask_columns is not None:  # random actions of exploration draw among these
+                distribution.valid = valid_actions(flat_obs, self._mask_columns)
             actions, logp = self.exploration.get_exploration_action(distribution, timestep, explore)
         return {
             "actions": actions,

@@ -254,3 +254,38 @@ class BrightSideEnv(gym.Env):
         reward = float(int(action) == self.side)
         self.t += 1
         return self._frame(), reward, self.t >= 10, False, {}
+
+
+class MaskedChoiceEnv(gym.Env):
+    """Four actions, two or three allowed per step (``action_mask``); the highest allowed one
+    earns 1, another allowed one 0.1; a masked one raises (so one taken fails the test). 10 steps.
+    ``config["mask_size"]`` gives the mask another length (a mistake the policy must reject)."""
+
+    action_space = spaces.Discrete(4)
+
+    def __init__(self, config: dict | None = None) -> None:
+        size = int((config or {}).get("mask_size", 4))
+        self.observation_space = spaces.Dict(
+            {
+                "action_mask": spaces.Box(0.0, 1.0, (size,), np.float32),
+                "observations": spaces.Box(0.0, 1.0, (3,), np.float32),
+            }
+        )
+        self.t, self.mask = 0, np.ones(4, np.float32)
+
+    def _obs(self) -> dict:
+        self.mask = np.zeros(4, np.float32)
+        self.mask[self.np_random.choice(4, size=int(self.np_random.integers(2, 4)), replace=False)] = 1.0
+        return {"action_mask": self.mask.copy(), "observations": self.np_random.random(3).astype(np.float32)}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:  # noqa: ARG002
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if not self.mask[int(action)]:
+            raise ValueError(f"action {action} is masked ({self.mask})")
+        reward = 1.0 if int(action) == int(np.flatnonzero(self.mask).max()) else 0.1
+        self.t += 1
+        return self._obs(), reward, self.t >= 10, False, {}

@@ -170,6 +170,10 @@ class ModelConfig(BaseModel):
     """Feed the previous action to the LSTM (with ``use_lstm``)."""
     lstm_use_prev_reward: bool = False
     """Feed the previous reward to the LSTM (with ``use_lstm``)."""
+    action_mask_key: str | None = "action_mask"
+    """With a Dict observation holding this key (1 = allowed, one entry per Discrete action),
+    masked actions are never taken (their logits / Q-values get a large negative number);
+    ``None``: no masking."""
     custom_model: Any = None
     """A ``TorchModelV2`` subclass: a name given to ``ModelCatalog.register_custom_model``, a
     ``"package.module:Class"`` path, or the class."""

@@ -211,15 +211,18 @@ class ActionDistribution:
     """A batch of action distributions on the numpy inference path: what exploration sees.
 
     ``inputs`` are the network's outputs (logits, Q-values, or means and log stds);
-    ``sample()`` and ``deterministic_sample()`` return ``(actions, logp)``.
+    ``sample()`` and ``deterministic_sample()`` return ``(actions, logp)``. ``valid`` is the
+    ``[B, n]`` action mask when the observation holds one (masked inputs are already very
+    negative; exploration's random actions read it), else ``None``.
     """
 
-    __slots__ = ("dist_class", "inputs", "rng")
+    __slots__ = ("dist_class", "inputs", "rng", "valid")
 
     def __init__(self, dist_class: type, inputs: np.ndarray, rng: np.random.Generator) -> None:
         self.dist_class = dist_class
         self.inputs = inputs
         self.rng = rng
+        self.valid: np.ndarray | None = None
 
     def sample(self) -> tuple[np.ndarray, np.ndarray]:
         return self.dist_class.sample_numpy(self.inputs, True, self.rng)
@@ -229,7 +232,9 @@ class ActionDistribution:
 
     def with_inputs(self, inputs: np.ndarray) -> ActionDistribution:
         """The same kind of distribution over other inputs (e.g. Q-values over a temperature)."""
-        return ActionDistribution(self.dist_class, inputs, self.rng)
+        other = ActionDistribution(self.dist_class, inputs, self.rng)
+        other.valid = self.valid
+        return other
 
 
 def _logp_of_last(dist: Categorical | DiagGaussian) -> torch.Tensor:

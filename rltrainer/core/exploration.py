@@ -57,10 +57,14 @@ class Exploration:
     def on_episodes_done(self, dones: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Called by env runners with the ``[N]`` mask of envs whose episode just ended."""
 
-    def random_actions(self, batch_size: int) -> np.ndarray:
-        """Uniform actions from the policy's action space, as a ``[B, ...]`` batch."""
+    def random_actions(self, batch_size: int, valid: np.ndarray | None = None) -> np.ndarray:
+        """Uniform actions from the policy's action space, as a ``[B, ...]`` batch; with an
+        action mask ``valid`` (``[B, n]``), uniform among each row's allowed actions."""
         space = self.action_space
         if isinstance(space, spaces.Discrete):
+            if valid is not None:
+                scores = np.where(valid, self.rng.random(valid.shape), -1.0)
+                return space.start + scores.argmax(axis=1)
             return space.start + self.rng.integers(0, space.n, size=batch_size)
         if isinstance(space, spaces.Box):
             low = np.where(np.isfinite(space.low), space.low, -1.0)
@@ -79,7 +83,7 @@ class StochasticSampling(Exploration):
 
     def get_exploration_action(self, action_distribution, timestep, explore=True):
         if explore and timestep < self.random_timesteps:
-            actions = self.random_actions(len(action_distribution.inputs))
+            actions = self.random_actions(len(action_distribution.inputs), action_distribution.valid)
             return actions, np.zeros(len(actions), dtype=np.float32)
         return super().get_exploration_action(action_distribution, timestep, explore)
 
@@ -90,7 +94,7 @@ class Random(Exploration):
     def get_exploration_action(self, action_distribution, timestep, explore=True):  # noqa: ARG002
         if not explore:
             return action_distribution.deterministic_sample()
-        actions = self.random_actions(len(action_distribution.inputs))
+        actions = self.random_actions(len(action_distribution.inputs), action_distribution.valid)
         return actions, np.zeros(len(actions), dtype=np.float32)
 
 
@@ -131,7 +135,7 @@ class EpsilonGreedy(Exploration):
         if not explore:
             return greedy, logp
         random = self.rng.random(len(greedy)) < self.epsilon(timestep)
-        actions = np.where(random, self.random_actions(len(greedy)), greedy)
+        actions = np.where(random, self.random_actions(len(greedy), action_distribution.valid), greedy)
         return actions, logp
 
 

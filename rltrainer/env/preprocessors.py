@@ -22,7 +22,7 @@ class Preprocessor:
 
     def __init__(self, space: spaces.Space) -> None:
         self.space = space
-        self.size = _flat_size(space)
+        self.size = flat_size(space)
         self.dtype = np.dtype(np.float32)
         """The rows' dtype: ``uint8`` for ``uint8`` frames, float32 for everything else."""
         if isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8:
@@ -54,7 +54,8 @@ class Preprocessor:
         return flat
 
 
-def _flat_size(space: spaces.Space) -> int:
+def flat_size(space: spaces.Space) -> int:
+    """How many columns observations of ``space`` take in a row."""
     if isinstance(space, spaces.Box):
         return int(np.prod(space.shape))
     if isinstance(space, spaces.Discrete):
@@ -64,9 +65,9 @@ def _flat_size(space: spaces.Space) -> int:
     if isinstance(space, spaces.MultiBinary):
         return int(np.prod(space.shape))
     if isinstance(space, spaces.Dict):
-        return sum(_flat_size(s) for s in space.spaces.values())
+        return sum(flat_size(s) for s in space.spaces.values())
     if isinstance(space, spaces.Tuple):
-        return sum(_flat_size(s) for s in space.spaces)
+        return sum(flat_size(s) for s in space.spaces)
     raise EnvError(
         f"unsupported observation space {space}: use Box, Discrete, MultiDiscrete, "
         "MultiBinary, or Dict/Tuple of those"

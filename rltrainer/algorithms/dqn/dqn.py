@@ -7,6 +7,8 @@ prioritized replay (Schaul et al. 2016), hard or soft target updates, Huber loss
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from gymnasium import spaces
 
@@ -14,6 +16,7 @@ from rltrainer.algorithms.dqn.dqn_config import DQNConfig
 from rltrainer.algorithms.dqn.dqn_learner import DQNLearner, DQNModule
 from rltrainer.algorithms.dqn.off_policy import OffPolicyAlgorithm
 from rltrainer.core.distributions import Categorical
+from rltrainer.core.models import QNetwork
 from rltrainer.errors import ConfigError
 from rltrainer.policy import Policy
 
@@ -30,7 +33,8 @@ class DQNPolicy(Policy):
 
     def make_model(self) -> DQNModule:
         """Q-values from an MLP, or from the ``hiddens`` head (and dueling value head) over a
-        conv stack (image observations) or a custom model's outputs."""
+        conv stack (image observations) or a custom model's outputs; masked (``MaskedQ``)
+        when the observation holds an action mask."""
         cfg = self.config
         encoder = self.make_encoder()
         if cfg.model.custom_model is not None:
@@ -49,8 +53,21 @@ class DQNPolicy(Policy):
             def make_q() -> EncoderQNetwork:
                 return EncoderQNetwork(encoder, num_actions, hiddens, activation, cfg.dueling)
 
-            return DQNModule(make_q)
-        return DQNModule(
+            return DQNModule(self._masked(make_q))
+        return DQNModule(self._masked(lambda: QNetwork(**self._q_kwargs())))
+
+    def _masked(self, make_q: Any) -> Any:
+        """``make_q`` with masked Q-values when the observation holds an action mask."""
+        columns = self.action_mask_columns()
+        if columns is None:
+            return make_q
+        from rltrainer.core.action_masks import MaskedQ
+
+        return lambda: MaskedQ(make_q(), columns)
+
+    def _q_kwargs(self) -> dict[str, Any]:
+        cfg = self.config
+        return dict(
             obs_size=self.preprocessor.size,
             num_actions=int(self.action_space.n),
             fcnet_hiddens=list(cfg.model.fcnet_hiddens),

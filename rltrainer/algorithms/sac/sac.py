@@ -32,8 +32,15 @@ class SACPolicy(Policy):
 
     def make_model(self) -> SACModule:
         cfg, space = self.config, self.action_space
-        if cfg.model.custom_model is not None or self.make_encoder() is not None:
-            what = "custom models" if cfg.model.custom_model is not None else "image observations"
+        masked = self.action_mask_columns() is not None
+        if cfg.model.custom_model is not None or self.make_encoder() is not None or masked:
+            what = (
+                "custom models"
+                if cfg.model.custom_model is not None
+                else "action masks"
+                if masked
+                else "image observations"
+            )
             raise ConfigError(
                 f"SAC has no {what} yet: its networks read flat observations (policy_model_config, "
                 "q_model_config); use PPO or DQN for them"
