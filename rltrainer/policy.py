@@ -239,6 +239,13 @@ class Policy:
 
     @staticmethod
     def _action_rescaler(space: spaces.Space, config: Any):
+        if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+            # The distribution's [B, d] columns from 0 -> the space's shape (and MultiDiscrete's start)
+            shape = space.shape
+            start = np.asarray(getattr(space, "start", 0)).reshape(-1)
+            if isinstance(space, spaces.MultiBinary):
+                return lambda a: a.reshape(len(a), *shape).astype(space.dtype)
+            return lambda a: (a + start).reshape(len(a), *shape).astype(space.dtype)
         if not isinstance(space, spaces.Box):
             return None
         low, high = space.low.astype(np.float32), space.high.astype(np.float32)

@@ -289,3 +289,22 @@ class MaskedChoiceEnv(gym.Env):
         reward = 1.0 if int(action) == int(np.flatnonzero(self.mask).max()) else 0.1
         self.t += 1
         return self._obs(), reward, self.t >= 10, False, {}
+
+
+class MultiActionEnv(FixedLengthEnv):
+    """MultiDiscrete([3, 2], start [1, 0]) actions (``config["kind"] == "multi_discrete"``, the
+    default) or MultiBinary(3) ones; reward 1 per dimension that matches a fixed target (the
+    last value of each; ``[1, 0, 1]`` for MultiBinary), over the number of dimensions."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        if (config or {}).get("kind", "multi_discrete") == "multi_binary":
+            self.action_space = spaces.MultiBinary(3)
+            self.target = np.array([1, 0, 1])
+        else:
+            self.action_space = spaces.MultiDiscrete([3, 2], start=[1, 0])
+            self.target = np.array([3, 1])
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float(np.mean(np.asarray(action) == self.target)), terminated, truncated, info

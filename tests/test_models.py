@@ -454,3 +454,37 @@ def test_action_mask_key_none_turns_masking_off():
         assert type(algo.get_policy().model).__name__ == "ActorCritic"
     finally:
         algo.stop()
+
+
+# --- MultiDiscrete and MultiBinary actions -----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["multi_discrete", "multi_binary"])
+def test_ppo_learns_multi_discrete_and_multi_binary_actions(kind):
+    config = (
+        PPOConfig()
+        .environment("tests.envs:MultiActionEnv", env_config={"kind": kind})
+        .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=16)
+        .training(
+            train_batch_size=128, minibatch_size=64, num_epochs=4, lr=3e-3, model={"fcnet_hiddens": [32]}
+        )
+        .exploration(exploration_config={"type": "StochasticSampling", "random_timesteps": 128})
+        .reporting(metrics_num_episodes_for_smoothing=16)
+        .debugging(seed=0)
+    )
+    algo = config.build()
+    try:
+        policy = algo.get_policy()
+        assert policy.dist_class.__name__.startswith("MultiCategorical")
+        returns = [algo.train()["episode_return_mean"] for _ in range(40)]  # the env checks every action
+        assert max(returns) >= 9.0, returns  # a random policy scores about 4.2 or 5
+        env = algo.env_runner_group.local_worker().env.envs[0].unwrapped
+        action = algo.compute_single_action(np.zeros(3, np.float32), explore=False)
+        assert env.action_space.contains(action) and (action == env.target).all()
+        logits, _ = policy.model({"obs": np.zeros((2, 3), np.float32)})
+        dist = policy.dist_class(logits, policy.model)
+        sample = dist.sample()
+        assert sample.shape == (2, 2 if kind == "multi_discrete" else 3) and dist.logp(sample).shape == (2,)
+        assert torch.allclose(dist.kl(dist), torch.zeros(2), atol=1e-6) and dist.entropy().shape == (2,)
+    finally:
+        algo.stop()

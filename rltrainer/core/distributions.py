@@ -207,6 +207,69 @@ class SquashedGaussian:
         return np.tanh(u).astype(np.float32), (gaussian_logp - correction).astype(np.float32)
 
 
+class MultiCategorical:
+    """Independent categoricals over the columns of a MultiDiscrete (or MultiBinary) action:
+    inputs ``[B, sum(nvec)]``, the logits of each dimension side by side; actions ``[B, d]``.
+    ``multi_categorical(nvec)`` makes the class for one ``nvec``."""
+
+    NVEC: tuple[int, ...] = ()
+
+    def __init__(self, inputs: torch.Tensor, model: Any = None) -> None:  # noqa: ARG002 - RLlib's signature
+        self.parts = [Categorical(x) for x in torch.split(inputs, list(self.NVEC), dim=-1)]
+        self.last_sample: torch.Tensor | None = None
+
+    @staticmethod
+    def required_inputs(space: spaces.MultiDiscrete | spaces.MultiBinary) -> int:
+        return int(np.sum(_nvec(space)))
+
+    def sample(self) -> torch.Tensor:
+        self.last_sample = torch.stack([part.sample() for part in self.parts], dim=-1)
+        return self.last_sample
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.stack([part.deterministic_sample() for part in self.parts], dim=-1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return sum(part.log_prob(actions[..., i]) for i, part in enumerate(self.parts))
+
+    logp = log_prob  # RLlib's name
+
+    def entropy(self) -> torch.Tensor:
+        return sum(part.entropy() for part in self.parts)
+
+    def kl(self, other: MultiCategorical) -> torch.Tensor:
+        return sum(part.kl(theirs) for part, theirs in zip(self.parts, other.parts, strict=True))
+
+    def sampled_action_logp(self) -> torch.Tensor:
+        return _logp_of_last(self)
+
+    @classmethod
+    def sample_numpy(
+        cls, inputs: np.ndarray, explore: bool, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(actions [B, d], logp [B])`` from numpy logits, one categorical per column."""
+        actions, logp = np.empty((len(inputs), len(cls.NVEC)), dtype=np.int64), 0.0
+        start = 0
+        for i, n in enumerate(cls.NVEC):
+            part = np.ascontiguousarray(inputs[:, start : start + n])
+            actions[:, i], part_logp = Categorical.sample_numpy(part, explore, rng)
+            logp = logp + part_logp
+            start += n
+        return actions, np.asarray(logp, dtype=np.float32)
+
+
+def _nvec(space: spaces.MultiDiscrete | spaces.MultiBinary) -> np.ndarray:
+    if isinstance(space, spaces.MultiBinary):
+        return np.full(int(np.prod(space.shape)), 2)
+    return np.asarray(space.nvec).reshape(-1)
+
+
+@functools.cache
+def multi_categorical(nvec: tuple[int, ...]) -> type[MultiCategorical]:
+    """The ``MultiCategorical`` class for one ``nvec`` (made once per ``nvec``)."""
+    return type(f"MultiCategorical{list(nvec)}", (MultiCategorical,), {"NVEC": nvec})
+
+
 class ActionDistribution:
     """A batch of action distributions on the numpy inference path: what exploration sees.
 
@@ -249,10 +312,12 @@ def _rows(size: int) -> np.ndarray:
     return np.arange(size)
 
 
-def dist_class_for(space: spaces.Space) -> type[Categorical] | type[DiagGaussian]:
+def dist_class_for(space: spaces.Space) -> type:
     """The distribution class for an action space."""
     if isinstance(space, spaces.Discrete):
         return Categorical
     if isinstance(space, spaces.Box):
         return DiagGaussian
-    raise ValueError(f"unsupported action space {space}: use Discrete or Box")
+    if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+        return multi_categorical(tuple(int(n) for n in _nvec(space)))
+    raise ValueError(f"unsupported action space {space}: use Discrete, MultiDiscrete, MultiBinary or Box")

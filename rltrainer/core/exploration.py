@@ -66,6 +66,11 @@ class Exploration:
                 scores = np.where(valid, self.rng.random(valid.shape), -1.0)
                 return space.start + scores.argmax(axis=1)
             return space.start + self.rng.integers(0, space.n, size=batch_size)
+        if isinstance(space, spaces.MultiDiscrete):  # in the distribution's terms: from 0, one column each
+            nvec = np.asarray(space.nvec).reshape(-1)
+            return self.rng.integers(0, nvec, size=(batch_size, len(nvec)))
+        if isinstance(space, spaces.MultiBinary):
+            return self.rng.integers(0, 2, size=(batch_size, int(np.prod(space.shape))))
         if isinstance(space, spaces.Box):
             low = np.where(np.isfinite(space.low), space.low, -1.0)
             high = np.where(np.isfinite(space.high), space.high, 1.0)
