@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 
 from rltrainer.env.apis.task_settable_env import carry_task
+from rltrainer.env.atari import AtariEnv, is_atari, make_atari_vector
 from rltrainer.env.env_context import EnvContext
 from rltrainer.errors import EnvError
 
@@ -69,7 +70,10 @@ def resolve_creator(env: Any) -> EnvCreator:
 
 
 def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.Env:
-    """Create one env; ``render_mode`` is passed to gymnasium ids (e.g. for videos)."""
+    """Create one env; ``render_mode`` is passed to gymnasium ids (e.g. for videos). Atari
+    games come preprocessed (``rltrainer.env.atari``)."""
+    if env not in _REGISTRY and is_atari(env):
+        return AtariEnv(env, dict(ctx))
     if render_mode is not None and isinstance(env, str) and env in gym.registry and env not in _REGISTRY:
         return _checked(gym.make(env, render_mode=render_mode, **ctx), env)
     creator = resolve_creator(env)
@@ -119,6 +123,8 @@ def make_vector_env(
     made from a ``vector_entry_point``, have no separate copies to recreate). ``sub_envs``
     asks for a ``SyncVectorEnv`` of env objects even where a native batched env exists.
     """
+    if env not in _REGISTRY and not sub_envs and is_atari(env):
+        return make_atari_vector(env, num_envs, dict(ctx))
     if isinstance(env, str) and env in gym.registry and env not in _REGISTRY and not sub_envs:
         spec = gym.spec(env)
         if spec.vector_entry_point is not None:
