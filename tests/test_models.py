@@ -118,7 +118,7 @@ def test_post_fcnet_hiddens_and_shared_layers():
         model = algo.get_policy().model
         assert model.vf_encoder is None and model.trunk.out_size == 64
         names = set(algo.get_policy().get_weights())
-        assert {"trunk.convs.1.weight", "trunk.post.0.weight", "pi.0.weight", "vf.0.weight"} <= names
+        assert {"trunk.convs.0.weight", "trunk.post.0.weight", "pi.0.weight", "vf.0.weight"} <= names
         algo.train()
     finally:
         algo.stop()

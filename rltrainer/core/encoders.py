@@ -42,13 +42,17 @@ class ConvEncoder(nn.Module):
         height, width, channels = self.frame_shape
         layers: list[nn.Module] = []
         for out_channels, kernel, stride, same in conv_layers(space, conv_filters):
+            padding: tuple[int, int] | int = 0
             if same:
-                pads: list[int] = []
-                for n, k, s in zip((width, height), kernel[::-1], stride[::-1], strict=True):
-                    total = max((-(-n // s) - 1) * s + k - n, 0)
-                    pads += [total // 2, total - total // 2]
-                layers.append(nn.ZeroPad2d(tuple(pads)))
-            conv = nn.Conv2d(channels, out_channels, kernel, stride)
+                padding = _same_padding((height, width), kernel, stride)
+                if padding is None:  # odd padding at stride 1: only a separate pad layer fits
+                    pads: list[int] = []
+                    for n, k, s in zip((width, height), kernel[::-1], stride[::-1], strict=True):
+                        total = max((-(-n // s) - 1) * s + k - n, 0)
+                        pads += [total // 2, total - total // 2]
+                    layers.append(nn.ZeroPad2d(tuple(pads)))
+                    padding = 0
+            conv = nn.Conv2d(channels, out_channels, kernel, stride, padding=padding)
             nn.init.orthogonal_(conv.weight, gain=np.sqrt(2))
             nn.init.zeros_(conv.bias)
             layers += [conv, ACTIVATIONS[conv_activation]()]
@@ -69,9 +73,32 @@ class ConvEncoder(nn.Module):
         self.out_size = features
 
     def forward(self, flat_obs: torch.Tensor) -> torch.Tensor:
-        frames = flat_obs.reshape(len(flat_obs), *self.frame_shape).permute(0, 3, 1, 2)
-        x = self.convs(frames.float() * self.scale).flatten(1)
+        # Channels-first and contiguous, converted and transposed in one copy: torch's CPU
+        # convolutions on the strided view of channels-last frames are about 4x slower
+        # (measured on 84x84x4 frames, batch 8).
+        height, width, channels = self.frame_shape
+        frames = torch.empty(
+            (len(flat_obs), channels, height, width), dtype=torch.float32, device=flat_obs.device
+        )
+        frames.copy_(flat_obs.reshape(len(flat_obs), height, width, channels).permute(0, 3, 1, 2))
+        if self.scale != 1.0:
+            frames.mul_(self.scale)
+        x = self.convs(frames).flatten(1)
         return x if self.post is None else self.post(x)
+
+
+def _same_padding(size: tuple[int, int], kernel: tuple, stride: tuple) -> tuple[int, int] | None:
+    """The conv's own (symmetric) padding giving TensorFlow's "same" output size: half of
+    "same"'s total padding, rounded up where it is odd (one more zero row before instead of
+    after: the same size at strides of 2 or more). ``None`` where that cannot give the size
+    (odd total padding at stride 1)."""
+    padding = []
+    for n, k, s in zip(size, kernel, stride, strict=True):
+        total = max((-(-n // s) - 1) * s + k - n, 0)
+        if total % 2 and s == 1:
+            return None
+        padding.append(-(-total // 2))
+    return padding[0], padding[1]
 
 
 def torch_inference(forward: Any, module: nn.Module):

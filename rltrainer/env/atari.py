@@ -16,6 +16,7 @@ evaluate``, ``compute_single_action``).
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from typing import Any
 
@@ -46,11 +47,15 @@ def register_atari(env: str) -> None:
 
 
 def is_atari(env: Any) -> bool:
-    """A registered gymnasium id of an ALE game."""
-    if not isinstance(env, str):
+    """A gymnasium id of an ALE game (ALE's ids are registered here on first sight, so the
+    documents' ``PongNoFrameskip-v4`` works as well as ``ALE/Pong-v5``)."""
+    if not isinstance(env, str) or ":" in env:
         return False
-    if looks_like_atari(env) and env not in gym.registry:
-        register_atari(env)
+    if env not in gym.registry:
+        if looks_like_atari(env):
+            register_atari(env)  # EnvError saying what to install
+        elif importlib.util.find_spec("ale_py") is not None:
+            register_atari(env)
     spec = gym.registry.get(env)
     return spec is not None and spec.entry_point == _ALE_ENTRY_POINT
 
