@@ -55,6 +55,11 @@ class NotAModel(nn.Module):
     pass
 
 
+class BrokenForward(TinyModel):
+    def forward(self, input_dict, state, seq_lens):  # noqa: ARG002
+        return self.policy_net(input_dict["obs_flat"][:, :2]), state  # 2 columns for a 4-wide layer
+
+
 @pytest.fixture(autouse=True)
 def _registrations():
     saved = ModelCatalog.registered()
@@ -258,6 +263,12 @@ def test_registrations_reach_remote_env_runners_and_learners():
             .environment("CartPole-v1")
             .training(model={"custom_model": "tests.test_models:WrongWidth"}),
             r"outputs of shape \(2, 1\) for a batch of 2; expected \(2, 2\)",
+        ),
+        (
+            PPOConfig()
+            .environment("CartPole-v1")
+            .training(model={"custom_model": "tests.test_models:BrokenForward"}),
+            r"BrokenForward: forward\(\) on a batch of 2 observations of Box.* raised RuntimeError: mat1",
         ),
         (
             PPOConfig()

@@ -44,8 +44,14 @@ def build_custom_model(
 
 def _check_outputs(model: nn.Module, obs_space: gym.Space, size: int, expected: int, what: str) -> None:
     """One forward on two zero observations: ``ConfigError`` when the outputs have the wrong shape."""
-    with torch.no_grad():
-        outputs, _ = model(_input_dict(obs_space, torch.zeros(2, size)), [], None)
+    try:
+        with torch.no_grad():
+            outputs, _ = model(_input_dict(obs_space, torch.zeros(2, size)), [], None)
+    except Exception as err:  # noqa: BLE001 - the user's code: say where, without a traceback
+        raise ConfigError(
+            f"model.custom_model {type(model).__name__}: forward() on a batch of 2 observations of "
+            f"{obs_space} raised {type(err).__name__}: {err}"
+        ) from err
     if not isinstance(outputs, torch.Tensor) or tuple(outputs.shape) != (2, expected):
         got = tuple(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
         raise ConfigError(
