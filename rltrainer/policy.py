@@ -45,8 +45,8 @@ class Policy:
         self.config = config
         self.preprocessor = Preprocessor(observation_space)
         self.dist_class = self.make_dist_class()
+        self._mask_columns = self.action_mask_columns()  # before make_model, which masks with them
         self.model = self.make_model()
-        self._mask_columns = self.action_mask_columns()
         self._rescale = self._action_rescaler(action_space, config)
         self.rng = np.random.default_rng(seed)
         try:
@@ -72,12 +72,11 @@ class Policy:
         observations, else the ``ActorCritic`` MLP; masked (``MaskedActorCritic``) when the
         observation holds an action mask."""
         model = self.make_unmasked_model()
-        columns = self.action_mask_columns()
-        if columns is None:
+        if self._mask_columns is None:
             return model
         from rltrainer.core.action_masks import MaskedActorCritic
 
-        return MaskedActorCritic(model, columns)
+        return MaskedActorCritic(model, self._mask_columns)
 
     def action_mask_columns(self) -> slice | None:
         """The action mask's columns in the observation row (``None``: no mask)."""
@@ -241,11 +240,8 @@ class Policy:
     def _action_rescaler(space: spaces.Space, config: Any):
         if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
             # The distribution's [B, d] columns from 0 -> the space's shape (and MultiDiscrete's start)
-            shape = space.shape
-            start = np.asarray(getattr(space, "start", 0)).reshape(-1)
-            if isinstance(space, spaces.MultiBinary):
-                return lambda a: a.reshape(len(a), *shape).astype(space.dtype)
-            return lambda a: (a + start).reshape(len(a), *shape).astype(space.dtype)
+            start = np.asarray(getattr(space, "start", 0)).reshape(-1)  # MultiBinary has none: 0
+            return lambda a: (a + start).reshape(len(a), *space.shape).astype(space.dtype)
         if not isinstance(space, spaces.Box):
             return None
         low, high = space.low.astype(np.float32), space.high.astype(np.float32)

@@ -39,31 +39,28 @@ class ConvEncoder(nn.Module):
         super().__init__()
         self.frame_shape = tuple(int(n) for n in space.shape)
         self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
-        height, width, channels = self.frame_shape
+        channels = self.frame_shape[2]
         layers: list[nn.Module] = []
-        for out_channels, kernel, stride, same in conv_layers(space, conv_filters):
-            padding: tuple[int, int] | int = 0
-            if same:
-                padding = _same_padding((height, width), kernel, stride)
-                if padding is None:  # odd padding at stride 1: only a separate pad layer fits
-                    pads: list[int] = []
-                    for n, k, s in zip((width, height), kernel[::-1], stride[::-1], strict=True):
-                        total = max((-(-n // s) - 1) * s + k - n, 0)
-                        pads += [total // 2, total - total // 2]
-                    layers.append(nn.ZeroPad2d(tuple(pads)))
-                    padding = 0
-            conv = nn.Conv2d(channels, out_channels, kernel, stride, padding=padding)
+        for out_channels, kernel, stride, padding in conv_layers(space, conv_filters):
+            # The conv's own padding is symmetric: half of "same"'s, rounded up where it is odd
+            # (one zero row before instead of after: the same output size at strides of 2 or
+            # more; a pad layer cost a third of the convolutions' time). At stride 1 an odd
+            # amount needs the pad layer.
+            if any(total % 2 and s == 1 for total, s in zip(padding, stride, strict=True)):
+                (top, bottom), (left, right) = [(t // 2, t - t // 2) for t in padding]
+                layers.append(nn.ZeroPad2d((left, right, top, bottom)))
+                padding = (0, 0)
+            conv = nn.Conv2d(
+                channels, out_channels, kernel, stride, padding=tuple(-(-t // 2) for t in padding)
+            )
             nn.init.orthogonal_(conv.weight, gain=np.sqrt(2))
             nn.init.zeros_(conv.bias)
             layers += [conv, ACTIVATIONS[conv_activation]()]
             channels = out_channels
-            height, width = (
-                (-(-height // stride[0]), -(-width // stride[1]))
-                if same
-                else ((height - kernel[0]) // stride[0] + 1, (width - kernel[1]) // stride[1] + 1)
-            )
         self.convs = nn.Sequential(*layers)
-        features = channels * height * width
+        with torch.no_grad():  # the flattened size, from one empty frame
+            height, width, channels_in = self.frame_shape
+            features = self.convs(torch.zeros(1, channels_in, height, width)).numel()
         if post_hiddens:
             self.post = mlp([features, *post_hiddens], post_activation, out_gain=np.sqrt(2))
             self.post.append(ACTIVATIONS[post_activation]())
@@ -85,20 +82,6 @@ class ConvEncoder(nn.Module):
             frames.mul_(self.scale)
         x = self.convs(frames).flatten(1)
         return x if self.post is None else self.post(x)
-
-
-def _same_padding(size: tuple[int, int], kernel: tuple, stride: tuple) -> tuple[int, int] | None:
-    """The conv's own (symmetric) padding giving TensorFlow's "same" output size: half of
-    "same"'s total padding, rounded up where it is odd (one more zero row before instead of
-    after: the same size at strides of 2 or more). ``None`` where that cannot give the size
-    (odd total padding at stride 1)."""
-    padding = []
-    for n, k, s in zip(size, kernel, stride, strict=True):
-        total = max((-(-n // s) - 1) * s + k - n, 0)
-        if total % 2 and s == 1:
-            return None
-        padding.append(-(-total // 2))
-    return padding[0], padding[1]
 
 
 def torch_inference(forward: Any, module: nn.Module):

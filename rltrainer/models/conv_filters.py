@@ -28,9 +28,11 @@ def is_image_space(space: Any) -> bool:
     return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
-def conv_layers(space: spaces.Box, conv_filters: list | None) -> list[tuple[int, tuple, tuple, bool]]:
-    """``(out_channels, kernel, stride, same_padding)`` per layer for frames of ``space``, the
-    defaults when ``conv_filters`` is None; ``ConfigError`` naming the key when they do not fit."""
+def conv_layers(space: spaces.Box, conv_filters: list | None) -> list[tuple[int, tuple, tuple, tuple]]:
+    """``(out_channels, kernel, stride, padding)`` per layer for frames of ``space`` (the
+    defaults when ``conv_filters`` is None), ``padding`` being the total zero rows and columns
+    that "same" adds (``(0, 0)`` on the last, "valid" layer); ``ConfigError`` naming the key when
+    they do not fit."""
     height, width, _ = space.shape
     if conv_filters is None:
         conv_filters = DEFAULT_CONV_FILTERS.get((height, width))
@@ -44,17 +46,21 @@ def conv_layers(space: spaces.Box, conv_filters: list | None) -> list[tuple[int,
     size = (height, width)
     for i, layer in enumerate(conv_filters):
         out_channels, kernel, stride = parse_filter(i, layer)
-        last = i == len(conv_filters) - 1
-        if last:  # "valid"
+        if i == len(conv_filters) - 1:  # "valid"
+            padding = (0, 0)
             size = tuple((n - k) // s + 1 for n, k, s in zip(size, kernel, stride, strict=True))
         else:  # "same"
-            size = tuple(-(-n // s) for n, s in zip(size, stride, strict=True))
+            out = tuple(-(-n // s) for n, s in zip(size, stride, strict=True))
+            padding = tuple(
+                max((o - 1) * s + k - n, 0) for o, n, k, s in zip(out, size, kernel, stride, strict=True)
+            )
+            size = out
         if min(size) < 1:
             raise ConfigError(
                 f"model.conv_filters: layer {i} {layer} shrinks the {height}x{width} frame below 1x1 "
                 f"({size[0]}x{size[1]}); use smaller kernels or strides in the last layers"
             )
-        layers.append((out_channels, kernel, stride, not last))
+        layers.append((out_channels, kernel, stride, padding))
     return layers
 
 

@@ -58,12 +58,11 @@ class DQNPolicy(Policy):
 
     def _masked(self, make_q: Any) -> Any:
         """``make_q`` with masked Q-values when the observation holds an action mask."""
-        columns = self.action_mask_columns()
-        if columns is None:
+        if self._mask_columns is None:
             return make_q
         from rltrainer.core.action_masks import MaskedQ
 
-        return lambda: MaskedQ(make_q(), columns)
+        return lambda: MaskedQ(make_q(), self._mask_columns)
 
     def _q_kwargs(self) -> dict[str, Any]:
         cfg = self.config

@@ -32,7 +32,7 @@ class SACPolicy(Policy):
 
     def make_model(self) -> SACModule:
         cfg, space = self.config, self.action_space
-        masked = self.action_mask_columns() is not None
+        masked = self._mask_columns is not None
         if cfg.model.custom_model is not None or self.make_encoder() is not None or masked:
             what = (
                 "custom models"
