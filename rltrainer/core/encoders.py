@@ -21,7 +21,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rltrainer.core.models import ACTIVATIONS, ModelV2Calls, mlp
+from rltrainer.core.models import ACTIVATIONS, ModelV2Calls, mlp, torch_inference
 from rltrainer.models.conv_filters import conv_layers
 
 
@@ -84,21 +84,6 @@ class ConvEncoder(nn.Module):
         return x if self.post is None else self.post(x)
 
 
-def torch_inference(forward: Any, module: nn.Module):
-    """``obs (numpy) -> outputs (numpy)`` through ``forward`` on ``module``'s device, without
-    autograd: how env runners act with models numpy cannot run (conv stacks, custom models)."""
-
-    @torch.inference_mode()
-    def run(obs: np.ndarray) -> np.ndarray:
-        device = next(module.parameters()).device
-        array = np.ascontiguousarray(obs)
-        if not array.flags.writeable:  # e.g. from Ray's object store
-            array = array.copy()
-        return forward(torch.from_numpy(array).to(device)).float().cpu().numpy()
-
-    return run
-
-
 class EncoderActorCritic(ModelV2Calls, nn.Module):
     """``ActorCritic``'s interface over an encoder (``make_encoder()`` -> a module with
     ``out_size``): policy and value heads are one linear layer each on its features. With
@@ -139,39 +124,3 @@ class EncoderActorCritic(ModelV2Calls, nn.Module):
     def numpy_policy(self):
         """``obs (numpy) -> dist_inputs (numpy)``, run with torch (see ``torch_inference``)."""
         return torch_inference(lambda obs: self._dist_inputs(self.trunk(obs)), self)
-
-
-class EncoderQNetwork(nn.Module):
-    """``QNetwork``'s interface over an encoder: ``hiddens`` layers, then one output per action,
-    on its features; with ``dueling`` a value head too."""
-
-    def __init__(
-        self, make_encoder: Any, num_actions: int, hiddens: list[int], activation: str, dueling: bool
-    ):
-        super().__init__()
-        self.dueling = dueling
-        self.trunk = make_encoder()
-        features = self.trunk.out_size
-        self.advantage = mlp([features, *hiddens, num_actions], activation, out_gain=1.0)
-        self.value = mlp([features, *hiddens, 1], activation, out_gain=1.0) if dueling else None
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q_values(self.trunk(obs))
-
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.trunk(obs)
-
-    def q_values(self, features: torch.Tensor) -> torch.Tensor:
-        advantages = self.advantage(features)
-        if self.value is None:
-            return advantages
-        return self.value(features) + advantages - advantages.mean(-1, keepdim=True)
-
-    def state_value(self, features: torch.Tensor) -> torch.Tensor:
-        """``V(s)`` ``[B]``: the dueling value head, or without one the greedy ``max_a Q(s, a)``."""
-        if self.value is not None:
-            return self.value(features).squeeze(-1)
-        return self.q_values(features).max(-1).values
-
-    def numpy_policy(self):
-        return torch_inference(self.forward, self)

@@ -9,6 +9,7 @@ Every policy module also answers RLlib's ModelV2 calls (``ModelV2Calls``):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,21 @@ class ModelV2Calls:
                 "value_function() gives the values of the last model({'obs': ...}) call: call it first"
             )
         return self._last_values
+
+
+def torch_inference(forward: Any, module: nn.Module):
+    """``obs (numpy) -> outputs (numpy)`` through ``forward`` on ``module``'s device, without
+    autograd: how env runners act with models numpy cannot run (conv stacks, custom models)."""
+
+    @torch.inference_mode()
+    def run(obs: np.ndarray) -> np.ndarray:
+        device = next(module.parameters()).device
+        array = np.ascontiguousarray(obs)
+        if not array.flags.writeable:  # e.g. from Ray's object store
+            array = array.copy()
+        return forward(torch.from_numpy(array).to(device)).float().cpu().numpy()
+
+    return run
 
 
 class NumpyMLP:
@@ -230,7 +246,9 @@ class QNetwork(nn.Module):
 
     ``trunk`` (the ``fcnet_hiddens`` layers) feeds ``advantage`` (the ``hiddens`` head
     layers, then one output per action); with ``dueling`` a separate ``value`` head gives
-    ``Q = V + A - mean(A)`` (Wang et al. 2016, eq. 9).
+    ``Q = V + A - mean(A)`` (Wang et al. 2016, eq. 9). With ``make_encoder`` (a factory of
+    modules with ``out_size``: a conv stack, a custom model) the trunk is that encoder instead,
+    and env runners act through torch (``torch_inference``).
     """
 
     def __init__(
@@ -241,16 +259,22 @@ class QNetwork(nn.Module):
         hiddens: list[int],
         activation: str,
         dueling: bool,
+        make_encoder: Callable[[], nn.Module] | None = None,
     ) -> None:
         super().__init__()
         self.activation, self.dueling = activation, dueling
-        self.trunk = mlp([obs_size, *fcnet_hiddens], activation, out_gain=np.sqrt(2))
-        if fcnet_hiddens:
-            self.trunk.append(ACTIVATIONS[activation]())
-        features = fcnet_hiddens[-1] if fcnet_hiddens else obs_size
+        if make_encoder is not None:
+            self.trunk = make_encoder()
+            features = self.trunk.out_size
+            self._run_trunk = self.trunk
+        else:
+            self.trunk = mlp([obs_size, *fcnet_hiddens], activation, out_gain=np.sqrt(2))
+            if fcnet_hiddens:
+                self.trunk.append(ACTIVATIONS[activation]())
+            features = fcnet_hiddens[-1] if fcnet_hiddens else obs_size
+            self._run_trunk = FastMLP(self.trunk, activation) if fcnet_hiddens else None
         self.advantage = mlp([features, *hiddens, num_actions], activation, out_gain=1.0)
         self.value = mlp([features, *hiddens, 1], activation, out_gain=1.0) if dueling else None
-        self._run_trunk = FastMLP(self.trunk, activation) if fcnet_hiddens else None
         self._run_advantage = FastMLP(self.advantage, activation)
         self._run_value = FastMLP(self.value, activation) if dueling else None
 
@@ -274,7 +298,10 @@ class QNetwork(nn.Module):
         return self.q_values(features).max(-1).values
 
     def numpy_policy(self):
-        """``flat_obs (numpy) -> Q-values (numpy)`` without torch, for CPU inference."""
+        """``flat_obs (numpy) -> Q-values (numpy)`` without torch, for CPU inference (through
+        torch over an encoder)."""
+        if not isinstance(self._run_trunk, FastMLP | None):
+            return torch_inference(self.forward, self)
         trunk = NumpyMLP(self._run_trunk, activation=self.activation) if self._run_trunk is not None else None
         advantage = NumpyMLP(self._run_advantage, activation=self.activation)
         value = NumpyMLP(self._run_value, activation=self.activation) if self.dueling else None

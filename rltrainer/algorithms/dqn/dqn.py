@@ -44,17 +44,7 @@ class DQNPolicy(Policy):
 
             size = self.preprocessor.size
             encoder = partial(CustomEncoder, self.observation_space, self.action_space, size, cfg.model)
-        if encoder is not None:
-            from rltrainer.core.encoders import EncoderQNetwork
-
-            num_actions, hiddens = int(self.action_space.n), list(cfg.hiddens)
-            activation = cfg.model.fcnet_activation
-
-            def make_q() -> EncoderQNetwork:
-                return EncoderQNetwork(encoder, num_actions, hiddens, activation, cfg.dueling)
-
-            return DQNModule(self._masked(make_q))
-        return DQNModule(self._masked(lambda: QNetwork(**self._q_kwargs())))
+        return DQNModule(self._masked(lambda: QNetwork(**self._q_kwargs(), make_encoder=encoder)))
 
     def _masked(self, make_q: Any) -> Any:
         """``make_q`` with masked Q-values when the observation holds an action mask."""

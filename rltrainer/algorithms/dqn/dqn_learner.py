@@ -17,7 +17,7 @@ from rltrainer.utils.replay_buffers import ReplayBatch
 
 class DQNModule(nn.Module):
     """The online Q-network ``q`` and its target copy ``target`` (not trained by gradients):
-    ``make_q()`` (a ``QNetwork``, or an ``EncoderQNetwork`` over a conv stack or a custom model)
+    ``make_q()`` (a ``QNetwork``, over an MLP, a conv stack or a custom model)
     or, without it, ``QNetwork(**q_kwargs)``."""
 
     def __init__(self, make_q: Any = None, **q_kwargs: Any) -> None:

@@ -10,8 +10,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rltrainer.core.encoders import torch_inference
-from rltrainer.core.models import input_dict_rows
+from rltrainer.core.models import input_dict_rows, torch_inference
 from rltrainer.errors import ConfigError
 from rltrainer.models.catalog import ModelCatalog
 
