@@ -21,6 +21,19 @@ def as_tensor(value: Any) -> torch.Tensor:
     return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value))
 
 
+def pack_state(state: Any, rows: int) -> np.ndarray | None:
+    """RLlib's state form (a list ``[h, c, ...]``, each ``[cell]`` for one row or ``[B, cell]``)
+    -> the ``[B, len(state), cell]`` array recurrent modules take; ``None`` or ``[]``: initial
+    states."""
+    if state is None or len(state) == 0:
+        return None
+    try:
+        return np.stack([np.asarray(part, dtype=np.float32).reshape(rows, -1) for part in state], axis=1)
+    except ValueError:
+        shapes = [np.shape(part) for part in state]
+        raise ValueError(f"an LSTM's state is a list of equally shaped arrays; got shapes {shapes}") from None
+
+
 class Policy:
     """Computes actions from flat observations; holds the torch ``model`` and ``dist_class``.
 
@@ -47,6 +60,8 @@ class Policy:
         self.dist_class = self.make_dist_class()
         self._mask_columns = self.action_mask_columns()  # before make_model, which masks with them
         self.model = self.make_model()
+        self.recurrent = bool(getattr(self.model, "is_recurrent", False))
+        """An LSTM policy: ``compute`` takes and returns each env's state (``get_initial_state``)."""
         self._rescale = self._action_rescaler(action_space, config)
         self.rng = np.random.default_rng(seed)
         try:
@@ -71,6 +86,8 @@ class Policy:
         ``CustomActorCritic``, an ``EncoderActorCritic`` over a conv stack for image
         observations, else the ``ActorCritic`` MLP; masked (``MaskedActorCritic``) when the
         observation holds an action mask."""
+        if self.config.model.use_lstm:
+            return self.make_recurrent_model()  # masks its logits itself (they are [B, L, n] in training)
         model = self.make_unmasked_model()
         if self._mask_columns is None:
             return model
@@ -108,6 +125,36 @@ class Policy:
             free_log_std=free_log_std,
         )
 
+    def make_recurrent_model(self) -> torch.nn.Module:
+        """``use_lstm``: the encoder (MLP, or conv stack for images) under an LSTM
+        (``RecurrentActorCritic``)."""
+        from rltrainer.core.recurrent import MLPEncoder, RecurrentActorCritic
+
+        model = self.config.model
+        if model.custom_model is not None:
+            raise ConfigError(
+                "model.use_lstm wraps the built-in encoders; a custom_model keeps its own state: "
+                "remove use_lstm or custom_model"
+            )
+        make_encoder = self.make_encoder()
+        if make_encoder is None:
+
+            def make_encoder() -> torch.nn.Module:
+                return MLPEncoder(self.preprocessor.size, list(model.fcnet_hiddens), model.fcnet_activation)
+
+        return RecurrentActorCritic(
+            make_encoder(),
+            self.action_space,
+            self.dist_class.required_inputs(self.action_space),
+            model.lstm_cell_size,
+            model.lstm_use_prev_action,
+            model.lstm_use_prev_reward,
+            free_log_std=isinstance(self.action_space, spaces.Box) and model.free_log_std,
+            mask_columns=self._mask_columns,
+            # the value function's own encoder and LSTM unless it shares the policy's
+            vf_encoder=None if model.vf_share_layers else make_encoder(),
+        )
+
     def make_encoder(self) -> Any:
         """A factory of encoder modules for observations the MLP does not read (image frames:
         ``ConvEncoder``), or ``None`` for flat observations."""
@@ -133,10 +180,11 @@ class Policy:
 
     def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What ``compute_single_action(full_fetch=True)`` returns besides the action."""
+        values = out["vf_preds"] if "vf_preds" in out else self.compute_values(flat_obs)
         return {
             "action_logp": out["action_logp"],
             "action_dist_inputs": out["action_dist_inputs"],
-            "vf_preds": self.compute_values(flat_obs),
+            "vf_preds": values,
         }
 
     # --- inference -------------------------------------------------------------------
@@ -149,39 +197,95 @@ class Policy:
             return spaces.Box(-1.0, 1.0, shape=space.shape, dtype=np.float32)
         return space
 
-    def compute(self, flat_obs: np.ndarray, explore: bool) -> dict[str, np.ndarray]:
+    def compute(
+        self,
+        flat_obs: np.ndarray,
+        explore: bool,
+        state: np.ndarray | None = None,
+        prev_actions: np.ndarray | None = None,
+        prev_rewards: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
         """Actions for ``[B, obs_size]`` observations.
 
         Returns ``actions`` (the distribution's samples, what the learner sees),
         ``env_actions`` (rescaled/clipped for the env), ``action_logp`` and
-        ``action_dist_inputs``, all numpy.
+        ``action_dist_inputs``, all numpy. A recurrent policy also takes each env's ``state``
+        (``[B, rows, lstm_cell_size]``; ``None``: initial states) and previous action and reward,
+        and returns ``state_out`` and ``vf_preds`` too.
         """
         timestep = self.global_timestep
-        if self._samples_from_mlp and (not explore or timestep >= self.exploration.random_timesteps):
+        extra: dict[str, np.ndarray] = {}
+        if self.recurrent:
+            dist_inputs, values, state_out = self._recurrent_step(flat_obs, state, prev_actions, prev_rewards)
+            extra = {"state_out": state_out, "vf_preds": values}
+            actions, logp = self._explore(dist_inputs, flat_obs, explore, timestep)
+        elif self._samples_from_mlp and (not explore or timestep >= self.exploration.random_timesteps):
             # What StochasticSampling does, with the network and the sampling in one compiled
             # call where possible (the env runners' hot path).
             mlp, rng = self._numpy_policy, self.rng
             actions, logp, dist_inputs = Categorical.sample_mlp(mlp, flat_obs, explore, rng)
         else:
             dist_inputs = self._numpy_policy(flat_obs)
-            distribution = ActionDistribution(self.dist_class, dist_inputs, self.rng)
-            if self._mask_columns is not None:  # random actions of exploration draw among these
-                distribution.valid = valid_actions(flat_obs, self._mask_columns)
-            actions, logp = self.exploration.get_exploration_action(distribution, timestep, explore)
+            actions, logp = self._explore(dist_inputs, flat_obs, explore, timestep)
         return {
             "actions": actions,
             "env_actions": self.to_env_actions(actions),
             "action_logp": logp,
             "action_dist_inputs": dist_inputs,
+            **extra,
         }
+
+    def _explore(
+        self, dist_inputs: np.ndarray, flat_obs: np.ndarray, explore: bool, timestep: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        distribution = ActionDistribution(self.dist_class, dist_inputs, self.rng)
+        if self._mask_columns is not None:  # random actions of exploration draw among these
+            distribution.valid = valid_actions(flat_obs, self._mask_columns)
+        return self.exploration.get_exploration_action(distribution, timestep, explore)
+
+    @torch.inference_mode()
+    def _recurrent_step(
+        self, flat_obs: np.ndarray, state: Any, prev_actions: Any, prev_rewards: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One LSTM step of every row: ``(dist_inputs, values, state_out)``, numpy."""
+        device = next(self.model.parameters()).device
+        obs = as_tensor(flat_obs).to(device)
+        shape = (len(flat_obs), self.model.state_rows, self.model.cell_size)
+        if state is None:
+            state = np.zeros(shape, np.float32)
+        elif np.shape(state) != shape:
+            names = "[h, c]" if shape[1] == 2 else "[h, c, value h, value c]"
+            raise ValueError(
+                f"this policy's LSTM state is {names} with {shape[2]} values each per observation "
+                f"(lstm_cell_size; get_initial_state() gives one); got {np.shape(state)[1:]}"
+            )
+        dist_inputs, values, state_out = self.model.step(
+            obs, as_tensor(state).to(device), prev_actions, prev_rewards
+        )
+        return dist_inputs.float().cpu().numpy(), values.cpu().numpy(), state_out.cpu().numpy()
+
+    def recurrent_values(
+        self, flat_obs: np.ndarray, state: Any, prev_actions: Any = None, prev_rewards: Any = None
+    ) -> np.ndarray:
+        """A recurrent policy's values of ``[B, obs_size]`` observations given each env's state."""
+        return self._recurrent_step(flat_obs, state, prev_actions, prev_rewards)[1]
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        """The state of one env at an episode's start: ``[h, c]`` (zeros of ``lstm_cell_size``)
+        for an LSTM policy, ``[]`` otherwise (RLlib's ``Policy.get_initial_state``)."""
+        return self.model.get_initial_state() if self.recurrent else []
+
+    def is_recurrent(self) -> bool:
+        """Whether the policy carries state between steps (RLlib's ``Policy.is_recurrent``)."""
+        return self.recurrent
 
     def compute_actions(
         self,
         obs_batch: Any,
-        state_batches: Any = None,  # noqa: ARG002 - RLlib's signature; no RNN here
-        prev_action_batch: Any = None,  # noqa: ARG002
-        prev_reward_batch: Any = None,  # noqa: ARG002
-        info_batch: Any = None,  # noqa: ARG002
+        state_batches: Any = None,
+        prev_action_batch: Any = None,
+        prev_reward_batch: Any = None,
+        info_batch: Any = None,  # noqa: ARG002 - RLlib's signature
         episodes: Any = None,  # noqa: ARG002
         explore: bool | None = None,
         timestep: int | None = None,
@@ -189,21 +293,41 @@ class Policy:
     ) -> tuple[np.ndarray, list[Any], dict[str, np.ndarray]]:
         """RLlib's ``Policy.compute_actions``: ``(actions, state_outs, extra_fetches)`` for a batch
         of preprocessed (flattened, filtered) observations; ``actions`` are the distribution's
-        (before rescaling to a Box space's bounds), ``state_outs`` is ``[]`` (no RNN),
-        ``extra_fetches`` holds ``action_logp``, ``action_dist_inputs`` and ``vf_preds``
-        (per algorithm). ``explore`` defaults to the config's, ``timestep`` to the policy's."""
+        (before rescaling to a Box space's bounds), ``state_outs`` is ``[h_batch, c_batch]`` for
+        an LSTM policy (then the value LSTM's h and c, if it has one; ``state_batches`` in the
+        same form; ``None``: initial states) and ``[]`` otherwise, ``extra_fetches`` holds
+        ``action_logp``, ``action_dist_inputs`` and ``vf_preds`` (per algorithm). ``explore``
+        defaults to the config's, ``timestep`` to the policy's."""
         flat = np.asarray(obs_batch, dtype=np.float32)
         flat = flat.reshape(len(flat), -1)
         if timestep is not None:
             self.global_timestep = int(timestep)
-        out = self.compute(flat, self.config.explore if explore is None else explore)
-        return out["actions"], [], self.extra_fetches(flat, out)
+        explore = self.config.explore if explore is None else explore
+        if not self.recurrent:
+            out = self.compute(flat, explore)
+            return out["actions"], [], self.extra_fetches(flat, out)
+        out = self.compute(
+            flat, explore, pack_state(state_batches, len(flat)), prev_action_batch, prev_reward_batch
+        )
+        state_out = out["state_out"]
+        return out["actions"], list(state_out.transpose(1, 0, 2)), self.extra_fetches(flat, out)
 
     @torch.inference_mode()
     def compute_values(self, flat_obs: np.ndarray) -> np.ndarray:
         """State values of ``[B, obs_size]`` observations."""
         device = next(self.model.parameters()).device
         return self.model.values(torch.from_numpy(flat_obs).to(device)).cpu().numpy()
+
+    def from_env_actions(self, env_actions: np.ndarray) -> np.ndarray:
+        """Env actions -> the distribution's (``to_env_actions`` undone; clipping cannot be)."""
+        space = self.action_space
+        if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+            start = np.asarray(getattr(space, "start", 0)).reshape(-1)
+            return env_actions.reshape(len(env_actions), -1) - start
+        if self._rescale is None or not self.config.normalize_actions:
+            return env_actions
+        low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+        return (2.0 * (env_actions - low) / (high - low) - 1.0).astype(np.float32)
 
     def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
         """Policy outputs -> actions the env accepts (rescaled / clipped for Box spaces)."""

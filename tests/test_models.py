@@ -298,7 +298,6 @@ def test_models_that_do_not_fit_fail_at_build(config, message):
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        ({"use_lstm": True}, r"'use_lstm': recurrent models are not available yet"),
         (
             {"conv_filters": [[16, [8, 8]]]},
             r"'conv_filters': layer 0 is \[16, \[8, 8\]\]; each layer is \[out_channels, kernel, stride\]",

@@ -48,7 +48,7 @@ from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import redirect_output, resolve_output
-from rltrainer.policy import Policy
+from rltrainer.policy import Policy, pack_state
 from rltrainer.results import ResultLogger, add_rllib_keys, flatten, perf_metrics, result_keys_for
 from rltrainer.storage import StorageError, check_storage_path, is_remote, join_uri, open_storage, parent_uri
 
@@ -346,8 +346,8 @@ class Algorithm(Trainable):
         self,
         observation: Any,
         state: list[Any] | None = None,
-        prev_action: Any = None,  # noqa: ARG002 - RLlib's signature; no RNN here
-        prev_reward: float | None = None,  # noqa: ARG002
+        prev_action: Any = None,
+        prev_reward: float | None = None,
         info: dict | None = None,  # noqa: ARG002
         policy_id: str = "default_policy",  # noqa: ARG002 - one policy
         full_fetch: bool = False,
@@ -355,39 +355,72 @@ class Algorithm(Trainable):
     ) -> Any:
         """The action for one raw env observation (same preprocessing and filter as training).
 
-        With ``full_fetch`` or a ``state`` (RLlib's RNN form) returns ``(action, state_out,
-        extra)``: ``state_out`` is ``[]`` (no RNN models), ``extra`` holds ``action_logp``,
-        ``action_dist_inputs`` and ``vf_preds``, as RLlib does.
+        With ``full_fetch``, a ``state``, or an LSTM policy (RLlib's RNN form) returns
+        ``(action, state_out, extra)``: ``state_out`` is ``[h, c]`` for an LSTM policy (pass it
+        back as ``state``; ``get_policy().get_initial_state()`` starts an episode) and ``[]``
+        otherwise; ``extra`` holds ``action_logp``, ``action_dist_inputs`` and ``vf_preds``, as
+        RLlib does. ``prev_action`` (an env action) and ``prev_reward`` feed an LSTM that uses them.
         """
-        runner = self.env_runner_group.local_worker()
-        policy = runner.policy
-        flat = runner.filter(policy.preprocessor.transform_one(observation), update=False)
-        out = policy.compute(flat, self.config.explore if explore is None else explore)
-        action = out["env_actions"][0]
-        if not full_fetch and state is None:
-            return action
-        extra = {key: value[0] for key, value in policy.extra_fetches(flat, out).items()}
-        return action, [], extra
+        actions, state_out, extra = self._compute(
+            [observation],
+            None if state is None else [[part] for part in state],
+            None if prev_action is None else [prev_action],
+            None if prev_reward is None else [prev_reward],
+            explore,
+        )
+        if not full_fetch and state is None and not state_out:
+            return actions[0]
+        return actions[0], [part[0] for part in state_out], {key: value[0] for key, value in extra.items()}
 
     compute_action = compute_single_action  # the Trainer-era name
 
     def compute_actions(
-        self, observations: Any, explore: bool | None = None, full_fetch: bool = False
+        self,
+        observations: Any,
+        state: list[Any] | None = None,
+        prev_action: Any = None,
+        prev_reward: Any = None,
+        explore: bool | None = None,
+        full_fetch: bool = False,
     ) -> Any:
-        """Actions for a list (or dict by key) of raw observations."""
+        """Actions for a list (or dict by key) of raw observations. For an LSTM policy, ``state``
+        is ``[h_batch, c_batch]`` (``None``: initial states) and the result is ``(actions,
+        state_out, extra)``, as with ``full_fetch``."""
+        if not isinstance(state, (list, tuple, type(None))):  # the older form compute_actions(obs, explore)
+            state, explore = None, state
         keys = list(observations) if isinstance(observations, dict) else None
         items = [observations[k] for k in keys] if keys is not None else list(observations)
-        runner = self.env_runner_group.local_worker()
-        flat = runner.filter(
-            np.concatenate([runner.policy.preprocessor.transform_one(o) for o in items]), update=False
-        )
-        out = runner.policy.compute(flat, self.config.explore if explore is None else explore)
-        actions = out["env_actions"]
+        actions, state_out, extra = self._compute(items, state, prev_action, prev_reward, explore)
         if keys is not None:
             actions = dict(zip(keys, actions, strict=True))
-        if not full_fetch:
+        if not full_fetch and state is None and not state_out:
             return actions
-        return actions, [], runner.policy.extra_fetches(flat, out)
+        return actions, state_out, extra
+
+    def _compute(
+        self, items: list[Any], state: Any, prev_actions: Any, prev_rewards: Any, explore: bool | None
+    ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
+        """Env actions, state outs and extra fetches for raw observations."""
+        runner = self.env_runner_group.local_worker()
+        policy = runner.policy
+        flat = runner.filter(
+            np.concatenate([policy.preprocessor.transform_one(o) for o in items]), update=False
+        )
+        explore = self.config.explore if explore is None else explore
+        if not policy.recurrent:
+            out = policy.compute(flat, explore)
+            return out["env_actions"], [], policy.extra_fetches(flat, out)
+        try:
+            packed = pack_state(state, len(items))
+            if prev_actions is not None:
+                prev_actions = policy.from_env_actions(np.asarray(prev_actions))
+            if prev_rewards is not None:
+                prev_rewards = np.asarray(prev_rewards, dtype=np.float32).reshape(len(items))
+            out = policy.compute(flat, explore, packed, prev_actions, prev_rewards)
+        except ValueError as err:
+            raise ConfigError(f"compute_single_action/compute_actions: {err}") from None
+        state_out = out["state_out"]
+        return out["env_actions"], list(state_out.transpose(1, 0, 2)), policy.extra_fetches(flat, out)
 
     # --- checkpoints ----------------------------------------------------------------------
     def save(self, checkpoint_dir: str | None = None) -> Any:

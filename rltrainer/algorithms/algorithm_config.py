@@ -127,15 +127,6 @@ def _conv_filters(value: list[Any] | None) -> list[Any] | None:
     return value
 
 
-def _no_lstm(value: bool) -> bool:
-    if value:
-        raise ValueError(
-            "recurrent models are not available yet; stack frames or past observations into the "
-            "observation instead (e.g. gymnasium.wrappers.FrameStackObservation)"
-        )
-    return value
-
-
 class ModelConfig(BaseModel):
     """The policy/value network (RLlib's ``model`` dict): an MLP over flat observations, a conv
     stack over image observations (a rank-3 ``Box``), or a custom model."""
@@ -160,8 +151,8 @@ class ModelConfig(BaseModel):
     free_log_std: bool = True
     """Box actions: the log standard deviation is a free parameter, not an output of the network
     (RLlib's default is False)."""
-    use_lstm: Annotated[bool, AfterValidator(_no_lstm)] = False
-    """Wrap the model in an LSTM (not available yet)."""
+    use_lstm: bool = False
+    """An LSTM between the encoder and the heads (PPO): the policy carries a state per env."""
     lstm_cell_size: PositiveInt = 256
     """The LSTM's cell size (with ``use_lstm``)."""
     max_seq_len: PositiveInt = 20

@@ -296,7 +296,11 @@ def _raise_first_death(pending: list[Any]) -> None:
 
 
 def _even_shards(batch: Any, count: int) -> list[Any]:
-    """``count`` equally sized, disjoint random shards of a batch of equal-length columns."""
+    """``count`` equally sized, disjoint random shards of a batch of equal-length columns
+    (rows are steps, or sequences for an LSTM policy; ``None`` columns stay ``None``)."""
     size = len(batch[0]) // count * count
     order = np.random.permutation(len(batch[0]))[:size].reshape(count, -1)
-    return [type(batch)(*(np.asarray(column)[rows] for column in batch)) for rows in order]
+    return [
+        type(batch)(*(None if column is None else np.asarray(column)[rows] for column in batch))
+        for rows in order
+    ]

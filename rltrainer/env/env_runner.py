@@ -26,10 +26,12 @@ from rltrainer.algorithms.callbacks import EPISODE_HOOKS, call_hook, make_callba
 from rltrainer.core import compiled
 from rltrainer.core.exploration import Exploration
 from rltrainer.core.filters import NoFilter, make_filter
+from rltrainer.core.recurrent import RecurrentColumns
 from rltrainer.env.apis.task_settable_env import TaskSettableEnv, carry_task, find_task_settable
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.finite_guard import FiniteGuard
+from rltrainer.env.recurrent_sampling import RecurrentInputs
 from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
 from rltrainer.models.catalog import ModelCatalog
@@ -74,6 +76,7 @@ class Rollout(NamedTuple):
     truncateds: np.ndarray
     valid: np.ndarray  # False for next-step-autoreset steps and frozen envs
     last_obs: np.ndarray  # [N, obs_size] filtered observations after the last step
+    recurrent: RecurrentColumns | None = None  # an LSTM policy's states, values and inputs
 
     @property
     def num_steps(self) -> int:
@@ -189,6 +192,10 @@ class EnvRunner:
             raise EnvError(f"env {config.env!r}: {err}") from None
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
         self._unfiltered = type(self.filter) is NoFilter  # (MeanStdFilter subclasses it)
+        # An LSTM policy's per-env state and previous action/reward (None: a stateless policy).
+        self._recurrent = None
+        if self.policy.recurrent:
+            self._recurrent = RecurrentInputs(self.policy, self.num_envs, config.model)
         self._obs: Any = None
         self._prev_done = np.zeros(self.num_envs, dtype=bool)
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
@@ -246,10 +253,12 @@ class EnvRunner:
 
     def _sample_end(self, rollout: Rollout) -> Rollout:
         """``on_sample_end`` with the fragment as a ``SampleBatch`` of ``[T, N]`` columns."""
-        samples = SampleBatch(rollout._asdict())
+        columns = rollout._asdict()
+        recurrent = columns.pop("recurrent")
+        samples = SampleBatch(columns)
         call_hook(self.callbacks, "on_sample_end", self._where, worker=self, samples=samples)
-        shapes = {name: value.shape for name, value in rollout._asdict().items()}
-        return Rollout(**written_columns(samples, shapes, "on_sample_end"))
+        shapes = {name: value.shape for name, value in columns.items()}
+        return Rollout(**written_columns(samples, shapes, "on_sample_end"), recurrent=recurrent)
 
     def _with_custom_metrics(self, episodes: Any) -> list[EpisodeStats]:
         """Ended episodes' statistics, with the custom metrics callbacks set on each."""
@@ -370,6 +379,8 @@ class EnvRunner:
         if self._tracker is not None:
             self._tracker.after_reset(self._obs, infos)
         self._prev_done[:] = False
+        if self._recurrent is not None:
+            self._recurrent.reset_all()
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
         if self.output_writer is not None:
@@ -382,9 +393,11 @@ class EnvRunner:
             self._reset()
         if self._tracker is not None:
             self._tracker.start_fragment()
+        if self._recurrent is not None:
+            self._recurrent.start_fragment()
         # complete_episodes: envs that finished their share (None otherwise: nothing to mask per step)
         frozen = np.zeros(self.num_envs, dtype=bool) if complete_episodes else None
-        columns: dict[str, list[np.ndarray]] = {k: [] for k in Rollout._fields if k != "last_obs"}
+        columns: dict[str, list[np.ndarray]] = {k: [] for k in _Step._fields}
         obs, actions, logp, rewards, terminateds, truncateds, valid = columns.values()  # the lists
         # Reset steps (next-step autoreset) don't count: each env steps until it has num_steps
         # real ones (and, for complete_episodes, until its episode ends). So the first num_steps
@@ -413,13 +426,15 @@ class EnvRunner:
                 frozen |= (step.terminateds | step.truncateds) & step.valid & (steps_taken >= num_steps)
             t += 1
         last_obs = self._observe(update_filter=False)
-        batch = {k: _stack_steps(v) for k, v in columns.items()}
+        batch: dict[str, Any] = {k: _stack_steps(v) for k, v in columns.items()}
+        if self._recurrent is not None:
+            batch["recurrent"] = self._recurrent.finish_fragment(last_obs)
         if self._guard.end_fragment():  # NaN/inf seen with on_nonfinite="skip_batch": no step counts
             batch["valid"] = np.zeros_like(batch["valid"])
         raw_rewards = batch["rewards"].astype(np.float32, copy=False)
         ended = self._close_episodes(raw_rewards, batch["valid"], batch["terminateds"] | batch["truncateds"])
         self._episodes.extend(self._with_custom_metrics(episode for _, episode in ended))
-        batch["rewards"] = self._clip_rewards(raw_rewards)
+        batch["rewards"] = self.clip_rewards(raw_rewards)
         if self._tracker is not None and self._tracker.postprocesses:
             if batch["rewards"] is raw_rewards:
                 batch["rewards"] = raw_rewards.copy()  # (a view of the env's rewards otherwise)
@@ -447,7 +462,10 @@ class EnvRunner:
         episode returns and lengths are summed per rollout by ``_close_episodes``.
         """
         flat = self._observe(update_filter)
-        out = self.policy.compute(flat, explore)
+        if self._recurrent is None:
+            out = self.policy.compute(flat, explore)
+        else:
+            out = self.policy.compute(flat, explore, **self._recurrent.inputs())
         try:
             next_obs, rewards, terminateds, truncateds, infos = self.env.step(out["env_actions"])
         except Exception as err:
@@ -464,6 +482,8 @@ class EnvRunner:
             if not self._recreated.any():
                 self._recreated = None
         resetting, self._prev_done = self._prev_done, terminateds | truncateds
+        if self._recurrent is not None:
+            self._recurrent.after_step(out, self.clip_rewards(rewards.astype(np.float32)), resetting)
         if self._notify_episode_ends and self._prev_done.any():
             self.policy.exploration.on_episodes_done(self._prev_done)
         self._obs = next_obs
@@ -526,7 +546,8 @@ class EnvRunner:
         reported = reported[np.lexsort((env_end[reported], t_end[reported]))]  # step order
         return env_end[reported], episode_return[reported], episode_len[reported]
 
-    def _clip_rewards(self, rewards: np.ndarray) -> np.ndarray:
+    def clip_rewards(self, rewards: np.ndarray) -> np.ndarray:
+        """Rewards as the learner sees them (``clip_rewards``: signs, or clipped at a bound)."""
         clip = self.config.clip_rewards
         if clip is True:
             return np.sign(rewards)

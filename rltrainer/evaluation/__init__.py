@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from rltrainer.algorithms import Algorithm
 from rltrainer.env.env_context import EnvContext
@@ -136,9 +137,20 @@ def _run_episode(
     obs, _ = env.reset(seed=seed)
     record()
     total, length, ended = 0.0, 0, False
+    policy = algo.get_policy()
+    state = policy.get_initial_state()  # an LSTM's state is carried through the episode
+    prev_action = prev_reward = None
     while not ended and length < max_steps:
-        action = algo.compute_single_action(obs, explore=explore)
+        if not policy.recurrent:
+            action = algo.compute_single_action(obs, explore=explore)
+        else:
+            action, state, _ = algo.compute_single_action(
+                obs, state, prev_action=prev_action, prev_reward=prev_reward, explore=explore
+            )
         obs, reward, terminated, truncated, _ = env.step(action)
+        if policy.recurrent:  # what the sampler feeds: the action taken, the (clipped) reward
+            runner = algo.env_runner_group.local_worker()
+            prev_action, prev_reward = action, float(runner.clip_rewards(np.float32([reward]))[0])
         record()
         total += float(reward)
         length += 1

@@ -64,6 +64,12 @@ class OffPolicyConfig(AlgorithmConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.model.use_lstm:
+            raise ConfigError(
+                f"model.use_lstm: {self.ALGORITHM} has no recurrent models (PPO has); remove use_lstm, "
+                "or stack past observations into the observation (e.g. gymnasium.wrappers."
+                "FrameStackObservation)"
+            )
         try:
             buffer_class, _, _ = check_replay_buffer_config(self.replay_buffer_config)
         except ValueError as err:

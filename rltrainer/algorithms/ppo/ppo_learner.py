@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from rltrainer.algorithms.ppo.ppo_config import PPOConfig
+from rltrainer.algorithms.ppo.sequences import RecurrentPPOBatch, concatenate, sequence_batch
 from rltrainer.core.learner import Learner
 from rltrainer.env.env_runner import Rollout
 from rltrainer.utils.postprocessing import compute_gae
@@ -32,15 +33,18 @@ class PPOLearner(Learner):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.kl_coeff = self.config.kl_coeff
+        # An LSTM policy learns from sequences (RecurrentPPOBatch), minibatched by sequence.
+        self.recurrent = bool(getattr(self.module, "is_recurrent", False))
 
-    def update_from_batch(self, batch: PPOBatch, timestep: int) -> dict[str, float]:
+    def update_from_batch(self, batch: PPOBatch | RecurrentPPOBatch, timestep: int) -> dict[str, float]:
         cfg = self.config
         lr = self.set_lr_for(timestep)
-        data = PPOBatch(*(self.to_tensor(column) for column in batch))
-        advantages = data.advantages
+        data = type(batch)(*(None if column is None else self.to_tensor(column) for column in batch))
         # Advantage normalization over the whole batch (RLlib; SB3 does it per minibatch).
-        data = data._replace(advantages=(advantages - advantages.mean()) / (advantages.std() + 1e-8))
-        size = data.obs.shape[0]
+        advantages = data.advantages
+        valid = advantages if not self.recurrent else advantages[data.mask]
+        data = data._replace(advantages=(advantages - valid.mean()) / (valid.std() + 1e-8))
+        size = data.obs.shape[0]  # steps (sequences for an LSTM policy)
         if size == 0:  # every fragment dropped (on_nonfinite="skip_batch"): nothing to learn from
             nan = float("nan")
             stats = dict.fromkeys(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), nan)
@@ -48,7 +52,10 @@ class PPOLearner(Learner):
         # minibatch_size is per synchronized step: each of the learners takes its share. A
         # minibatch as large as the train batch means full-batch steps over whatever was sampled.
         full_batch = cfg.minibatch_size >= cfg.train_batch_size
-        minibatch = size if full_batch else min(max(1, cfg.minibatch_size // self.world_size), size)
+        rows = cfg.minibatch_size // self.world_size
+        if self.recurrent:  # whole sequences, as many as hold about that many steps
+            rows = round(rows * size / max(1, int(data.mask.sum())))
+        minibatch = size if full_batch else min(max(1, rows), size)
         stats: list[torch.Tensor] = []
         for epoch in range(cfg.num_epochs):
             # Diagnostics cost as much as the loss itself, so only the last epoch reports them.
@@ -58,7 +65,12 @@ class PPOLearner(Learner):
             else:
                 order = torch.randperm(size, device=self.device)
                 minibatches = [
-                    PPOBatch(*(column[order[start : start + minibatch]] for column in data))
+                    type(data)(
+                        *(
+                            None if column is None else column[order[start : start + minibatch]]
+                            for column in data
+                        )
+                    )
                     for start in range(0, size - minibatch + 1, minibatch)
                 ]
             for mb in minibatches:
@@ -75,14 +87,23 @@ class PPOLearner(Learner):
             zip(("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss"), mean, strict=True)
         )
         self._adapt_kl_coeff(result["kl"])
-        result["vf_explained_var"] = explained_variance(batch.vf_preds, batch.value_targets)
+        if self.recurrent:
+            mask = batch.mask
+            result["vf_explained_var"] = explained_variance(batch.vf_preds[mask], batch.value_targets[mask])
+        else:
+            result["vf_explained_var"] = explained_variance(batch.vf_preds, batch.value_targets)
         result["cur_lr"] = lr
         result["cur_kl_coeff"] = self.kl_coeff
         return result
 
     @torch.no_grad()
-    def build_batch(self, rollouts: list[Rollout]) -> PPOBatch:
-        """Values of every observation in one batched forward pass, GAE, then valid steps flattened."""
+    def build_batch(self, rollouts: list[Rollout]) -> PPOBatch | RecurrentPPOBatch:
+        """Values of every observation in one batched forward pass, GAE, then valid steps flattened.
+
+        An LSTM policy's values come from the sampler (they depend on the state), and its batch
+        is sequences (``rltrainer.algorithms.ppo.sequences``)."""
+        if self.recurrent:
+            return self._build_sequences(rollouts)
         parts = []
         for rollout in rollouts:
             horizon, num_envs = rollout.valid.shape
@@ -113,10 +134,43 @@ class PPOLearner(Learner):
             return parts[0]
         return PPOBatch(*(np.concatenate(column) for column in zip(*parts, strict=True)))
 
-    def compute_loss(self, mb: PPOBatch, with_stats: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _build_sequences(self, rollouts: list[Rollout]) -> RecurrentPPOBatch:
+        parts = []
+        for rollout in rollouts:
+            rec = rollout.recurrent
+            advantages, value_targets = compute_gae(
+                rewards=rollout.rewards,
+                values=rec.vf_preds,
+                terminateds=rollout.terminateds.astype(np.float32),
+                dones=(rollout.terminateds | rollout.truncateds).astype(np.float32),
+                last_values=rec.last_vf_preds,
+                gamma=self.config.gamma,
+                lambda_=self.config.lambda_ if self.config.use_gae else 1.0,
+            )
+            parts.append(sequence_batch(rollout, advantages, value_targets, self.config.model.max_seq_len))
+        return concatenate(parts)
+
+    def forward_minibatch(
+        self, mb: PPOBatch | RecurrentPPOBatch
+    ) -> tuple[torch.Tensor, torch.Tensor, PPOBatch]:
+        """``(dist_inputs, values, steps)`` of a minibatch's steps, one row each (for an LSTM
+        policy: its sequences replayed, then the valid steps taken out)."""
+        if not self.recurrent:
+            dist_inputs, values = self.train_module(mb.obs)
+            return dist_inputs, values, mb
+        dist_inputs, values = self.train_module(
+            mb.obs, mb.state_in, None, mb.resets, mb.prev_actions, mb.prev_rewards
+        )
+        mask = mb.mask
+        steps = PPOBatch(*(column[mask] for column in mb[: len(PPOBatch._fields)]))
+        return dist_inputs[mask], values[mask], steps
+
+    def compute_loss(
+        self, mb: PPOBatch | RecurrentPPOBatch, with_stats: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The PPO objective on one minibatch, in the paper's notation; optionally its diagnostics."""
         cfg = self.config
-        dist_inputs, values = self.train_module(mb.obs)
+        dist_inputs, values, mb = self.forward_minibatch(mb)
         dist = self.dist_class(dist_inputs)
         logratio = dist.log_prob(mb.actions) - mb.action_logp
         ratio = logratio.exp()
