@@ -185,6 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate_options(rollout)
     add_rollout_flags(rollout)
     rollout.set_defaults(handler=_rollout)
+    export = commands.add_parser(
+        "export",
+        help="write a checkpoint's policy as an ONNX or TorchScript model",
+        description="Write a checkpoint's deterministic policy (observation filter, model, action "
+        "rescaling) as model.onnx or model.pt, with export.json describing its inputs and outputs.",
+    )
+    export.add_argument("checkpoint", help="a checkpoint folder or s3:// URI")
+    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx", help="default: onnx")
+    export.add_argument("--out", required=True, metavar="DIR", help="the folder to write into")
+    export.add_argument("--opset", type=int, default=None, help="ONNX opset (default 18)")
+    export.set_defaults(handler=_export)
     _add_checkpoints_command(commands)
     return parser
 
@@ -558,6 +569,27 @@ class ProgressReporter:
 
 
 # --- evaluate ---------------------------------------------------------------------------
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rltrainer.evaluation import load_checkpoint
+    from rltrainer.export import export_policy
+
+    _check_not_trial_dir(args.checkpoint)
+    if args.opset is not None and args.format != "onnx":
+        raise ConfigError("--opset is an ONNX setting: use it with --format onnx")
+    algo = load_checkpoint(args.checkpoint)
+    try:
+        runner = algo.env_runner_group.local_worker()
+        path = export_policy(
+            runner.policy, runner.filter, args.out, args.format, opset=args.opset, source=args.checkpoint
+        )
+    finally:
+        algo.stop()
+    print(
+        f"exported {type(algo).__name__} policy to {path} (inputs and outputs: {path.parent / 'export.json'})"
+    )
+    return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:

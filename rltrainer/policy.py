@@ -70,6 +70,8 @@ class Policy:
             )
         except ValueError as err:
             raise ConfigError(f"exploration_config {config.exploration_config}: {err}") from None
+        self.observation_filter: Any = None
+        """The env runner's observation filter (set by the runner; exports bake it in)."""
         self.global_timestep = 0
         """Env steps sampled so far, as the exploration schedules see them (synced by the algorithm)."""
         # Inference runs in numpy on views of the parameters (see NumpyMLP): env runners keep
@@ -332,6 +334,19 @@ class Policy:
     def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
         """Policy outputs -> actions the env accepts (rescaled / clipped for Box spaces)."""
         return self._rescale(actions) if self._rescale is not None else actions
+
+    def torch_dist_inputs(self, flat_obs: torch.Tensor) -> torch.Tensor:
+        """The distribution's inputs for ``[B, obs_size]`` rows, in torch (what exports trace)."""
+        return self.model(flat_obs)[0]
+
+    def export_model(self, export_dir: str, onnx: int | None = None) -> str:
+        """RLlib's ``Policy.export_model``: the deterministic policy (observation filter, model,
+        action rescaling) as ``model.onnx`` with ONNX opset ``onnx``, or without it as
+        TorchScript ``model.pt``, plus ``export.json`` (``rltrainer.export``); returns the path."""
+        from rltrainer.export import export_policy
+
+        fmt = "onnx" if onnx else "torchscript"
+        return str(export_policy(self, self.observation_filter, export_dir, fmt, opset=onnx or None))
 
     # --- weights -----------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:

@@ -422,6 +422,16 @@ class Algorithm(Trainable):
         state_out = out["state_out"]
         return out["env_actions"], list(state_out.transpose(1, 0, 2)), policy.extra_fetches(flat, out)
 
+    def export_policy_model(
+        self,
+        export_dir: str,
+        policy_id: str = "default_policy",  # noqa: ARG002 - one policy
+        onnx: int | None = None,
+    ) -> str:
+        """RLlib's ``Algorithm.export_policy_model``: ``get_policy().export_model(export_dir,
+        onnx)`` (the observation filter included); returns the model file's path."""
+        return self.get_policy().export_model(export_dir, onnx=onnx)
+
     # --- checkpoints ----------------------------------------------------------------------
     def save(self, checkpoint_dir: str | None = None) -> Any:
         """Write a checkpoint (default: ``<trial_dir>/checkpoint_<iteration>``); returns its path or URI.

@@ -75,9 +75,9 @@ class ConvEncoder(nn.Module):
         # (measured on 84x84x4 frames, batch 8).
         height, width, channels = self.frame_shape
         frames = torch.empty(
-            (len(flat_obs), channels, height, width), dtype=torch.float32, device=flat_obs.device
+            (flat_obs.shape[0], channels, height, width), dtype=torch.float32, device=flat_obs.device
         )
-        frames.copy_(flat_obs.reshape(len(flat_obs), height, width, channels).permute(0, 3, 1, 2))
+        frames.copy_(flat_obs.reshape(-1, height, width, channels).permute(0, 3, 1, 2))
         if self.scale != 1.0:
             frames.mul_(self.scale)
         x = self.convs(frames).flatten(1)

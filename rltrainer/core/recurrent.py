@@ -114,10 +114,10 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
         """``[M, in]`` LSTM inputs for ``M`` flat observations."""
         parts = [encoder(obs)]
         if self.prev_action_size:
-            parts.append(self._encode_actions(prev_actions, len(obs), obs.device))
+            parts.append(self._encode_actions(prev_actions, obs.shape[0], obs.device))
         if self.use_prev_reward:
-            rewards = torch.zeros(len(obs), device=obs.device) if prev_rewards is None else prev_rewards
-            parts.append(torch.as_tensor(rewards, device=obs.device).float().reshape(len(obs), 1))
+            rewards = torch.zeros(obs.shape[0], device=obs.device) if prev_rewards is None else prev_rewards
+            parts.append(torch.as_tensor(rewards, device=obs.device).float().reshape(obs.shape[0], 1))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
     def _encode_actions(self, actions: Any, rows: int, device: torch.device) -> torch.Tensor:
@@ -126,12 +126,10 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
         actions = torch.as_tensor(actions, device=device)
         space = self.action_space
         if isinstance(space, spaces.Discrete):
-            return nn.functional.one_hot(actions.reshape(rows).long(), int(space.n)).float()
+            return _one_hot(actions.reshape(-1), int(space.n), device)
         if isinstance(space, spaces.MultiDiscrete):
-            columns = actions.reshape(rows, -1).long()
-            return torch.cat(
-                [nn.functional.one_hot(columns[:, i], int(n)).float() for i, n in enumerate(space.nvec)], -1
-            )
+            columns = actions.reshape(rows, -1)
+            return torch.cat([_one_hot(columns[:, i], int(n), device) for i, n in enumerate(space.nvec)], -1)
         return actions.reshape(rows, -1).float()
 
     def _towers(self) -> list[tuple[nn.Module, nn.LSTM]]:
@@ -219,6 +217,11 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
     def numpy_policy(self) -> None:
         """Recurrent modules act through ``Policy`` with their state; no stateless shortcut."""
         return None
+
+
+def _one_hot(indices: torch.Tensor, n: int, device: torch.device) -> torch.Tensor:
+    """``[M] -> [M, n]`` one-hot rows, by comparison (``one_hot`` fixes the batch size in exports)."""
+    return (indices.long().unsqueeze(-1) == torch.arange(n, device=device)).float()
 
 
 def _run_sequences(

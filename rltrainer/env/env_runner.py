@@ -192,6 +192,7 @@ class EnvRunner:
             raise EnvError(f"env {config.env!r}: {err}") from None
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
         self._unfiltered = type(self.filter) is NoFilter  # (MeanStdFilter subclasses it)
+        self.policy.observation_filter = self.filter
         # An LSTM policy's per-env state and previous action/reward (None: a stateless policy).
         self._recurrent = None
         if self.policy.recurrent:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from rltrainer.algorithms.dqn.dqn_config import DQNConfig
@@ -64,6 +65,9 @@ class DQNPolicy(Policy):
             activation=cfg.model.fcnet_activation,
             dueling=cfg.dueling,
         )
+
+    def torch_dist_inputs(self, flat_obs: torch.Tensor) -> torch.Tensor:
+        return self.model(flat_obs)  # the online network's Q-values
 
     def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:  # noqa: ARG002
         return {

@@ -8,6 +8,7 @@ twin Q critics, Polyak-averaged targets and automatic entropy tuning.
 from __future__ import annotations
 
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from rltrainer.algorithms.dqn.off_policy import OffPolicyAlgorithm
@@ -55,6 +56,9 @@ class SACPolicy(Policy):
             twin_q=cfg.twin_q,
             initial_alpha=cfg.initial_alpha,
         )
+
+    def torch_dist_inputs(self, flat_obs: torch.Tensor) -> torch.Tensor:
+        return self.model.pi(flat_obs)  # the actor's
 
     def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:  # noqa: ARG002
         return {"action_logp": out["action_logp"], "action_dist_inputs": out["action_dist_inputs"]}
