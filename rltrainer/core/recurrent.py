@@ -11,9 +11,10 @@ stateless CartPole in far fewer steps here.
 The recurrent state of a batch of envs is one array ``[B, 2, lstm_cell_size]`` (h, then c;
 ``[B, 4, ...]`` with the value function's own h and c after them); zeros at an episode's
 start. Env runners act with ``step`` (one step of every env) and carry the state across steps
-and fragments; learners replay sequences with ``forward``, which restarts the state from zeros
-wherever the sampler did (``resets``), so the log-probabilities the learner computes before
-its first update are the ones the sampler drew with.
+and fragments; learners replay sequences with ``forward``, each from the state the sampler had
+at its first step and none spanning an episode's start (``rltrainer.algorithms.ppo.sequences``),
+so the log-probabilities the learner computes before its first update are the ones the sampler
+drew with.
 """
 
 from __future__ import annotations
@@ -172,13 +173,12 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
         obs: Any,
         state: Any = None,
         seq_lens: Any = None,  # noqa: ARG002 - RLlib's call; sequences here are [B, L]
-        resets: torch.Tensor | None = None,
         prev_actions: Any = None,
         prev_rewards: Any = None,
     ) -> tuple[torch.Tensor, Any]:
-        """Sequences: ``obs [B, L, D]``, ``state [B, rows, cell]`` (each sequence's first state),
-        ``resets [B, L]`` (zero the state before these steps), previous actions ``[B, L, ...]``
-        and rewards ``[B, L]`` -> ``(dist_inputs [B, L, out], values [B, L])``.
+        """Sequences within one episode each: ``obs [B, L, D]``, ``state [B, rows, cell]`` (each
+        sequence's first state), previous actions ``[B, L, ...]`` and rewards ``[B, L]`` ->
+        ``(dist_inputs [B, L, out], values [B, L])``.
 
         RLlib's call ``model({"obs": rows, "prev_actions": ..., "prev_rewards": ...}, state)``
         runs one step per row and returns ``(dist_inputs, [h, c])``."""
@@ -191,7 +191,9 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
         outs = []
         for i, (encoder, lstm) in enumerate(self._towers()):
             x = self._inputs(encoder, flat_obs, flat, rewards).reshape(batch, length, -1).transpose(0, 1)
-            out = _run_sequences(lstm, x, state[:, 2 * i], state[:, 2 * i + 1], resets)
+            h = state[:, 2 * i].unsqueeze(0).contiguous()
+            c = state[:, 2 * i + 1].unsqueeze(0).contiguous()
+            out = lstm(x, (h, c))[0]
             outs.append(out.transpose(0, 1).reshape(batch * length, -1))
         dist_inputs, values = self._heads(outs[0], outs[-1], flat_obs)
         return dist_inputs.reshape(batch, length, -1), values.reshape(batch, length)
@@ -208,12 +210,6 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
         )
         return dist_inputs, list(state_out.unbind(1))
 
-    def values(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values from zero state (RLlib's ``value_function`` needs the sequence; this
-        exists for code that asks any policy module for values of single observations)."""
-        state = torch.zeros(len(obs), self.state_rows, self.cell_size, device=obs.device)
-        return self.step(obs, state)[1]
-
     def numpy_policy(self) -> None:
         """Recurrent modules act through ``Policy`` with their state; no stateless shortcut."""
         return None
@@ -222,25 +218,3 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
 def _one_hot(indices: torch.Tensor, n: int, device: torch.device) -> torch.Tensor:
     """``[M] -> [M, n]`` one-hot rows, by comparison (``one_hot`` fixes the batch size in exports)."""
     return (indices.long().unsqueeze(-1) == torch.arange(n, device=device)).float()
-
-
-def _run_sequences(
-    lstm: nn.LSTM, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, resets: torch.Tensor | None
-) -> torch.Tensor:
-    """``lstm`` over ``x [L, B, in]`` from ``h, c [B, cell]``, zeroing the state before the steps
-    ``resets [B, L]`` flags -> outputs ``[L, B, cell]``."""
-    length, batch = x.shape[:2]
-    h, c = h.unsqueeze(0), c.unsqueeze(0)
-    if resets is None or not bool(resets[:, 1:].any()):
-        if resets is not None:  # only at the first step: the recorded state is zeros already
-            keep = (~resets[:, 0]).float().reshape(1, batch, 1)
-            h, c = h * keep, c * keep
-        return lstm(x, (h.contiguous(), c.contiguous()))[0]
-    # An episode begins inside a sequence: zero its state there (one LSTM call per step).
-    keep = (~resets).float().transpose(0, 1).reshape(length, 1, batch, 1)
-    outs = []
-    for t in range(length):
-        h, c = h * keep[t], c * keep[t]
-        step_out, (h, c) = lstm(x[t : t + 1], (h.contiguous(), c.contiguous()))
-        outs.append(step_out)
-    return torch.cat(outs)

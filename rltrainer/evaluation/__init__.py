@@ -140,6 +140,7 @@ def _run_episode(
     policy = algo.get_policy()
     state = policy.get_initial_state()  # an LSTM's state is carried through the episode
     prev_action = prev_reward = None
+    runner = algo.env_runner_group.local_worker()  # its reward clipping (what the sampler feeds)
     while not ended and length < max_steps:
         if not policy.recurrent:
             action = algo.compute_single_action(obs, explore=explore)
@@ -149,7 +150,6 @@ def _run_episode(
             )
         obs, reward, terminated, truncated, _ = env.step(action)
         if policy.recurrent:  # what the sampler feeds: the action taken, the (clipped) reward
-            runner = algo.env_runner_group.local_worker()
             prev_action, prev_reward = action, float(runner.clip_rewards(np.float32([reward]))[0])
         record()
         total += float(reward)

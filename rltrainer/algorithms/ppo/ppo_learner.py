@@ -159,7 +159,11 @@ class PPOLearner(Learner):
             dist_inputs, values = self.train_module(mb.obs)
             return dist_inputs, values, mb
         dist_inputs, values = self.train_module(
-            mb.obs, mb.state_in, None, mb.resets, mb.prev_actions, mb.prev_rewards
+            mb.obs,
+            mb.state_in,
+            None,
+            mb.prev_actions,
+            mb.prev_rewards,  # no resets inside (split)
         )
         mask = mb.mask
         steps = PPOBatch(*(column[mask] for column in mb[: len(PPOBatch._fields)]))

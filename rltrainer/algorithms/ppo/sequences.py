@@ -18,8 +18,8 @@ import numpy as np
 
 #: ``[B, L, ...]`` sequences (numpy from the learner's batching, tensors inside it): PPOBatch's
 #: columns, then ``mask`` (the steps the loss reads), ``state_in`` (``[B, rows, cell]``: each
-#: sequence's first state), ``resets`` (zero the state before these steps; only at step 0 once
-#: split), ``prev_actions`` / ``prev_rewards`` (``None`` unless the LSTM reads them).
+#: sequence's first state), ``resets`` (where the sampler zeroed the state: what the split reads;
+#: none remain after it), ``prev_actions`` / ``prev_rewards`` (``None`` unless the LSTM reads them).
 RecurrentPPOBatch = NamedTuple(  # noqa: UP014 - fields shared with PPOBatch by name
     "RecurrentPPOBatch",
     [
