@@ -6,6 +6,7 @@ bench/anchors.py's docstring, plus ``ale-py==0.12.1 opencv-python-headless pyyam
     python -m bench.atari
     python -m bench.atari --env BreakoutNoFrameskip-v4 --iterations 10 --env-runners 0,2
     python -m bench.atari --nature          # SB3's network size (NatureCNN and a 512 layer)
+    python -m bench.atari --num-gpus 1 --gpus-per-env-runner 1   # learner and inference on a GPU
     $ANCHORS_VENV/bin/python -m bench.atari --lib sb3
 
 Settings (the zoo's ``hyperparams/ppo.yml`` for Atari): 8 envs, 128 steps each per iteration
@@ -34,7 +35,9 @@ BATCH = 1024  # env steps per iteration: 8 envs x 128
 NATURE = {"conv_filters": [[32, [8, 8], 4], [64, [4, 4], 2], [64, [3, 3], 1]], "post_fcnet_hiddens": [512]}
 
 
-def config(env: str, env_runners: int, main_cpus: int, nature: bool = False) -> Any:
+def config(
+    env: str, env_runners: int, main_cpus: int, nature: bool = False, gpus: float = 0, runner_gpus: float = 0
+) -> Any:
     from rltrainer.algorithms.ppo import PPOConfig
 
     envs_per_runner = 8 // max(env_runners, 1)
@@ -55,7 +58,8 @@ def config(env: str, env_runners: int, main_cpus: int, nature: bool = False) -> 
             kl_coeff=0.0,
             model={"vf_share_layers": True, **(NATURE if nature else {})},
         )
-        .resources(num_cpus_for_main_process=main_cpus)  # the driver's torch threads
+        # the driver's torch threads; its learner (and, with 0 runners, its inference) on a GPU
+        .resources(num_cpus_for_main_process=main_cpus, num_gpus=gpus, num_gpus_per_env_runner=runner_gpus)
         .debugging(seed=0, log_level="ERROR")
     )
 
@@ -72,6 +76,10 @@ def main() -> None:
     parser.add_argument(
         "--main-cpus", type=int, default=2, help="the driver's torch threads (SB3 uses one per core: 2 here)"
     )
+    parser.add_argument("--num-gpus", type=float, default=0, help="GPUs for the driver's learner")
+    parser.add_argument(
+        "--gpus-per-env-runner", type=float, default=0, help="GPUs per env runner: inference on CUDA"
+    )
     args = parser.parse_args()
     if args.lib == "sb3":
         rate = sb3_frames_per_s(args.env, args.iterations)
@@ -82,11 +90,15 @@ def main() -> None:
         "env": args.env,
         "lib": "rltrainer",
         "network": "nature" if args.nature else "rllib",
+        "num_gpus": args.num_gpus,
+        "gpus_per_env_runner": args.gpus_per_env_runner,
         "frames_per_s": {},
+        "learn_ms": {},
     }
     print(f"{'runners':>7} {'frames/s':>9} {'sample ms':>9} {'learn ms':>9}")
     for runners in (int(n) for n in args.env_runners.split(",")):
-        algo = config(args.env, runners, args.main_cpus, args.nature).build()
+        gpus = (args.num_gpus, args.gpus_per_env_runner)
+        algo = config(args.env, runners, args.main_cpus, args.nature, *gpus).build()
         try:
             algo.train()  # start-up
             rates, sample_ms, learn_ms = [], [], []
@@ -100,6 +112,7 @@ def main() -> None:
             algo.stop()
         rate = median(rates)
         figures["frames_per_s"][str(runners)] = round(rate)
+        figures["learn_ms"][str(runners)] = round(median(learn_ms), 1)
         print(f"{runners:>7} {rate:>9,.0f} {median(sample_ms):>9,.0f} {median(learn_ms):>9,.0f}")
     print_json_line(figures)
 

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from rltrainer.core.action_masks import valid_actions
 from rltrainer.core.distributions import ActionDistribution, Categorical, dist_class_for
 from rltrainer.core.exploration import Exploration, StochasticSampling, make_exploration
-from rltrainer.core.models import ActorCritic, NumpyMLP
+from rltrainer.core.models import ActorCritic, NumpyMLP, torch_inference
 from rltrainer.env.preprocessors import Preprocessor
 from rltrainer.errors import ConfigError
 
@@ -74,8 +74,10 @@ class Policy:
         """The env runner's observation filter (set by the runner; exports bake it in)."""
         self.global_timestep = 0
         """Env steps sampled so far, as the exploration schedules see them (synced by the algorithm)."""
-        # Inference runs in numpy on views of the parameters (see NumpyMLP): env runners keep
-        # their policy on the CPU, where this beats torch for RL-sized networks.
+        # Inference runs in numpy on views of the parameters (see NumpyMLP): on the CPU this
+        # beats torch for RL-sized networks. ``set_device`` moves it to a GPU (torch there).
+        self.device = torch.device("cpu")
+        """Where inference runs: the CPU unless the env runner was given a GPU (``set_device``)."""
         self._set_numpy_policy(self.model.numpy_policy())
 
     # --- what subclasses override ------------------------------------------------------
@@ -352,6 +354,17 @@ class Policy:
     def get_weights(self) -> dict[str, np.ndarray]:
         """The model's parameters as numpy arrays, by name."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def set_device(self, device: str | torch.device) -> None:
+        """Run inference on ``device``: the model moves there and actions come from one torch
+        call per batch (``torch_dist_inputs``); observations travel as they are (uint8 frames
+        stay uint8) and only the distribution inputs come back. ``"cpu"`` returns to numpy."""
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        if self.device.type == "cpu" or self.recurrent:  # an LSTM steps in torch wherever it is
+            self._set_numpy_policy(self.model.numpy_policy())
+        else:
+            self._set_numpy_policy(torch_inference(self.torch_dist_inputs, self.model))
 
     def share_model(self, model: torch.nn.Module) -> None:
         """Act with ``model`` itself (e.g. the driver's learner's module on the CPU): the numpy

@@ -80,8 +80,12 @@ def env_runner_bundle(config: Any) -> Bundle:
 def algorithm_bundles(config: Any) -> list[Bundle]:
     """Driver bundle, then the actors' bundles (what Tune reserves for one trial)."""
     driver: Bundle = {"CPU": float(config.num_cpus_for_main_process)}
-    if config.num_learners == 0 and config.num_gpus > 0:
-        driver["GPU"] = float(config.num_gpus)
+    # The driver's learner (num_learners=0) and its sampling runner (num_env_runners=0) share
+    # one process, so they share its GPU share too.
+    learner_gpus = config.num_gpus if config.num_learners == 0 else 0
+    runner_gpus = config.num_gpus_per_env_runner if config.num_env_runners == 0 else 0
+    if max(learner_gpus, runner_gpus) > 0:
+        driver["GPU"] = float(max(learner_gpus, runner_gpus))
     return [driver, *actor_bundles(config)]
 
 

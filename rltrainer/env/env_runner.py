@@ -84,6 +84,24 @@ class Rollout(NamedTuple):
         return int(self.valid.sum())
 
 
+def inference_device(config: Any, worker_index: int) -> str:
+    """Where a runner's policy acts: CUDA when the config gives env runners GPUs
+    (``num_gpus_per_env_runner > 0``; the local runner too when it samples, i.e. with
+    ``num_env_runners=0``) and torch sees one, else the CPU (numpy inference)."""
+    if config.num_gpus_per_env_runner <= 0 or (worker_index == 0 and config.num_env_runners > 0):
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    logger.warning(
+        "num_gpus_per_env_runner=%s but torch sees no GPU in env runner %d; inference runs on the CPU",
+        config.num_gpus_per_env_runner,
+        worker_index,
+    )
+    return "cpu"
+
+
 def _stack_steps(steps: list[np.ndarray]) -> np.ndarray:
     """``np.stack(steps)`` for arrays of one shape, at a third of its cost (no per-array views)."""
     return np.concatenate(steps).reshape(len(steps), *steps[0].shape)
@@ -190,6 +208,7 @@ class EnvRunner:
             raise
         except ValueError as err:
             raise EnvError(f"env {config.env!r}: {err}") from None
+        self.policy.set_device(inference_device(config, worker_index))
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
         self._unfiltered = type(self.filter) is NoFilter  # (MeanStdFilter subclasses it)
         self.policy.observation_filter = self.filter
