@@ -161,12 +161,27 @@ class Policy:
 
     def make_encoder(self) -> Any:
         """A factory of encoder modules for observations the MLP does not read (image frames:
-        ``ConvEncoder``), or ``None`` for flat observations."""
-        from rltrainer.models.conv_filters import conv_layers, is_image_space
+        ``ConvEncoder``; Dict/Tuple spaces holding images: ``ComplexEncoder``), or ``None`` for
+        flat observations."""
+        from rltrainer.models.conv_filters import conv_layers, image_parts, is_image_space
 
+        model = self.config.model
+        images = image_parts(self.observation_space)
+        if images:
+            for path, image in images:  # ConfigError before any module is built, naming the part
+                try:
+                    conv_layers(image, model.conv_filters)
+                except ConfigError as err:
+                    raise ConfigError(f"observation part {path!r} {image}: {err}") from None
+
+            def complex_encoder() -> torch.nn.Module:
+                from rltrainer.core.encoders import ComplexEncoder
+
+                return ComplexEncoder(self.observation_space, model)
+
+            return complex_encoder
         if not is_image_space(self.observation_space):
             return None
-        model = self.config.model
         conv_layers(self.observation_space, model.conv_filters)  # ConfigError before any module is built
 
         def conv_encoder() -> torch.nn.Module:

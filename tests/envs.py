@@ -235,11 +235,12 @@ class BrightSideEnv(gym.Env):
     def __init__(self, config: dict | None = None) -> None:
         size = int((config or {}).get("size", 10))
         self.observation_space = spaces.Box(0, 255, (size, size, 2), np.uint8)
+        self.frame_shape = (size, size, 2)
         self.t, self.side = 0, 0
 
     def _frame(self) -> np.ndarray:
         self.side = int(self.np_random.integers(2))
-        frame = np.zeros(self.observation_space.shape, dtype=np.uint8)
+        frame = np.zeros(self.frame_shape, dtype=np.uint8)
         half = frame.shape[1] // 2
         frame[:, half * self.side : half * (self.side + 1), :] = 200
         frame += self.np_random.integers(0, 40, frame.shape, dtype=np.uint8)  # noise
@@ -308,3 +309,30 @@ class MultiActionEnv(FixedLengthEnv):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         obs, _, terminated, truncated, info = super().step(action)
         return obs, float(np.mean(np.asarray(action) == self.target)), terminated, truncated, info
+
+
+class CameraAndSwitchEnv(BrightSideEnv):
+    """``Dict`` observations: a ``camera`` frame (``BrightSideEnv``'s) and a ``switch``
+    (``Discrete(2)``) that swaps which action the bright side asks for. Reward 1 for the right
+    one, 10 steps: reading either part alone scores 5 on average; the optimum is 10."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.observation_space = spaces.Dict(
+            {"camera": self.observation_space, "switch": spaces.Discrete(2), "speed": spaces.Box(-1, 1, (3,))}
+        )
+        self.switch = 0
+
+    def _obs(self) -> dict:
+        self.switch = int(self.np_random.integers(2))
+        speed = self.np_random.uniform(-1, 1, 3).astype(np.float32)  # noise the policy must ignore
+        return {"camera": self._frame(), "switch": self.switch, "speed": speed}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:  # noqa: ARG002
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        reward = float(int(action) == self.side ^ self.switch)
+        self.t += 1
+        return self._obs(), reward, self.t >= 10, False, {}

@@ -1,6 +1,7 @@
 """Encoders beyond the flat MLP, and the actor-critic and Q heads over them.
 
-Convolutional encoders read image observations (a rank-3 ``Box``: height x width x channels).
+Convolutional encoders read image observations (a rank-3 ``Box``: height x width x channels);
+``ComplexEncoder`` reads Dict and Tuple observations that hold images among other parts.
 
 The env runners hand every model a flat row per observation (``Preprocessor``); for an image
 space that row keeps the space's dtype (``uint8`` frames stay ``uint8`` from the env to the
@@ -81,6 +82,58 @@ class ConvEncoder(nn.Module):
         if self.scale != 1.0:
             frames.mul_(self.scale)
         x = self.convs(frames).flatten(1)
+        return x if self.post is None else self.post(x)
+
+
+class ComplexEncoder(nn.Module):
+    """Rows of a Dict or Tuple space that holds images -> features ``[B, out_size]``, one encoder
+    per kind of part (RLlib's ``ComplexInputNetwork``): each image (rank-3 ``Box``) through its
+    own conv stack (``conv_filters``, or the defaults for its size), the other parts (vectors,
+    one-hot discrete values, masks) together through ``fcnet_hiddens``, then all of it
+    concatenated through ``post_fcnet_hiddens``. Rows are float32 here (a uint8 image is scaled
+    by ``1/255`` all the same: the space decides)."""
+
+    def __init__(self, space: spaces.Dict | spaces.Tuple, model: Any) -> None:
+        super().__init__()
+        from rltrainer.env.preprocessors import leaf_columns
+        from rltrainer.models.conv_filters import is_image_space
+
+        self.images = nn.ModuleList()
+        self.image_columns: list[tuple[int, int]] = []
+        self.vector_columns: list[tuple[int, int]] = []  # merged where parts are adjacent
+        for _, leaf, start, stop in leaf_columns(space):
+            if is_image_space(leaf):
+                self.images.append(ConvEncoder(leaf, model.conv_filters, model.conv_activation, [], "relu"))
+                self.image_columns.append((start, stop))
+            elif self.vector_columns and self.vector_columns[-1][1] == start:
+                self.vector_columns[-1] = (self.vector_columns[-1][0], stop)
+            else:
+                self.vector_columns.append((start, stop))
+        features = sum(encoder.out_size for encoder in self.images)
+        self.vector = None
+        if self.vector_columns:
+            width = sum(stop - start for start, stop in self.vector_columns)
+            hiddens = list(model.fcnet_hiddens)
+            self.vector = nn.Identity()
+            if hiddens:
+                self.vector = mlp([width, *hiddens], model.fcnet_activation, out_gain=np.sqrt(2))
+                self.vector.append(ACTIVATIONS[model.fcnet_activation]())
+            features += hiddens[-1] if hiddens else width
+        self.post = None
+        if model.post_fcnet_hiddens:
+            self.post = mlp([features, *model.post_fcnet_hiddens], model.post_fcnet_activation, np.sqrt(2))
+            self.post.append(ACTIVATIONS[model.post_fcnet_activation]())
+            features = model.post_fcnet_hiddens[-1]
+        self.out_size = features
+
+    def forward(self, flat_obs: torch.Tensor) -> torch.Tensor:
+        flat_obs = flat_obs.float()
+        parts = [
+            encoder(flat_obs[:, a:b]) for encoder, (a, b) in zip(self.images, self.image_columns, strict=True)
+        ]
+        if self.vector is not None:
+            parts.append(self.vector(torch.cat([flat_obs[:, a:b] for a, b in self.vector_columns], dim=-1)))
+        x = torch.cat(parts, dim=-1)
         return x if self.post is None else self.post(x)
 
 

@@ -54,6 +54,20 @@ class Preprocessor:
         return flat
 
 
+def leaf_columns(space: spaces.Space, path: str = "") -> list[tuple[str, spaces.Space, int, int]]:
+    """``(path, space, start, stop)`` of each non-Dict/Tuple part of ``space`` in a row's column
+    order (``"camera"``, ``"sensors/0"``); the row is what ``Preprocessor.transform`` returns."""
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
+        leaves, start = [], 0
+        for key, sub in items:
+            for leaf_path, leaf, a, b in leaf_columns(sub, f"{path}/{key}" if path else str(key)):
+                leaves.append((leaf_path, leaf, start + a, start + b))
+            start += flat_size(sub)
+        return leaves
+    return [(path, space, 0, flat_size(space))]
+
+
 def flat_size(space: spaces.Space) -> int:
     """How many columns observations of ``space`` take in a row."""
     if isinstance(space, spaces.Box):

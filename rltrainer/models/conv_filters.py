@@ -28,6 +28,15 @@ def is_image_space(space: Any) -> bool:
     return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
+def image_parts(space: Any) -> list[tuple[str, spaces.Box]]:
+    """The images (rank-3 ``Box``) inside a Dict or Tuple space, by path (``"camera"``)."""
+    if not isinstance(space, spaces.Dict | spaces.Tuple):
+        return []
+    from rltrainer.env.preprocessors import leaf_columns
+
+    return [(path, leaf) for path, leaf, _, _ in leaf_columns(space) if is_image_space(leaf)]
+
+
 def conv_layers(space: spaces.Box, conv_filters: list | None) -> list[tuple[int, tuple, tuple, tuple]]:
     """``(out_channels, kernel, stride, padding)`` per layer for frames of ``space`` (the
     defaults when ``conv_filters`` is None), ``padding`` being the total zero rows and columns
