@@ -119,6 +119,11 @@ def export_policy(
     missing exporter package."""
     if fmt not in FORMATS:
         raise ConfigError(f"export format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if policy.composite_actions is not None:
+        raise ConfigError(
+            f"export: {type(policy.action_space).__name__} action spaces are not exported yet "
+            "(Discrete, Box, MultiDiscrete and MultiBinary are)"
+        )
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
     module = ExportedPolicy(policy, observation_filter).eval()

@@ -9,6 +9,7 @@ import torch
 from gymnasium import spaces
 
 from rltrainer.core.action_masks import valid_actions
+from rltrainer.core.composite_actions import CompositeActions, is_composite
 from rltrainer.core.distributions import ActionDistribution, Categorical, dist_class_for
 from rltrainer.core.exploration import Exploration, StochasticSampling, make_exploration
 from rltrainer.core.models import ActorCritic, NumpyMLP, torch_inference
@@ -57,6 +58,15 @@ class Policy:
         self.action_space = action_space
         self.config = config
         self.preprocessor = Preprocessor(observation_space)
+        self.composite_actions: CompositeActions | None = None
+        """For a Dict or Tuple action space: its rows <-> the env's structure."""
+        if is_composite(action_space):
+            try:
+                self.composite_actions = CompositeActions(
+                    action_space, config.normalize_actions, config.clip_actions
+                )
+            except ValueError as err:
+                raise ConfigError(f"action space {action_space}: {err}") from None
         self.dist_class = self.make_dist_class()
         self._mask_columns = self.action_mask_columns()  # before make_model, which masks with them
         self.model = self.make_model()
@@ -140,6 +150,12 @@ class Policy:
                 "model.use_lstm wraps the built-in encoders; a custom_model keeps its own state: "
                 "remove use_lstm or custom_model"
             )
+        if model.lstm_use_prev_action and self.composite_actions is not None:
+            raise ConfigError(
+                f"model.lstm_use_prev_action: previous actions of a {type(self.action_space).__name__} "
+                "action space are not fed to the LSTM yet; remove lstm_use_prev_action (the LSTM "
+                "itself works with these actions)"
+            )
         make_encoder = self.make_encoder()
         if make_encoder is None:
 
@@ -210,6 +226,8 @@ class Policy:
     def policy_action_space(self) -> spaces.Space:
         """The space the distribution's actions live in: [-1, 1] for normalized Box actions."""
         space = self.action_space
+        if self.composite_actions is not None:
+            return self.composite_actions.policy_space()
         if not isinstance(space, spaces.Box) or not self.config.normalize_actions:
             return space
         if np.isfinite(space.low).all() and np.isfinite(space.high).all():
@@ -324,12 +342,22 @@ class Policy:
         explore = self.config.explore if explore is None else explore
         if not self.recurrent:
             out = self.compute(flat, explore)
-            return out["actions"], [], self.extra_fetches(flat, out)
+            return self._structured(out["actions"]), [], self.extra_fetches(flat, out)
         out = self.compute(
             flat, explore, pack_state(state_batches, len(flat)), prev_action_batch, prev_reward_batch
         )
         state_out = out["state_out"]
-        return out["actions"], list(state_out.transpose(1, 0, 2)), self.extra_fetches(flat, out)
+        return (
+            self._structured(out["actions"]),
+            list(state_out.transpose(1, 0, 2)),
+            self.extra_fetches(flat, out),
+        )
+
+    def _structured(self, actions: np.ndarray) -> Any:
+        """A composite action's rows as the space's structure of batches (distribution terms)."""
+        if self.composite_actions is None:
+            return actions
+        return self.composite_actions.to_env(actions, rescale=False)
 
     @torch.inference_mode()
     def compute_values(self, flat_obs: np.ndarray) -> np.ndarray:
@@ -340,6 +368,8 @@ class Policy:
     def from_env_actions(self, env_actions: np.ndarray) -> np.ndarray:
         """Env actions -> the distribution's (``to_env_actions`` undone; clipping cannot be)."""
         space = self.action_space
+        if self.composite_actions is not None:
+            return self.composite_actions.from_env(env_actions)
         if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
             start = np.asarray(getattr(space, "start", 0)).reshape(-1)
             return env_actions.reshape(len(env_actions), -1) - start
@@ -403,8 +433,9 @@ class Policy:
         if unexpected:
             raise KeyError(f"weights for parameters this policy does not have: {unexpected}")
 
-    @staticmethod
-    def _action_rescaler(space: spaces.Space, config: Any):
+    def _action_rescaler(self, space: spaces.Space, config: Any):
+        if self.composite_actions is not None:
+            return self.composite_actions.to_env
         if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
             # The distribution's [B, d] columns from 0 -> the space's shape (and MultiDiscrete's start)
             start = np.asarray(getattr(space, "start", 0)).reshape(-1)  # MultiBinary has none: 0

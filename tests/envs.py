@@ -336,3 +336,42 @@ class CameraAndSwitchEnv(BrightSideEnv):
         reward = float(int(action) == self.side ^ self.switch)
         self.t += 1
         return self._obs(), reward, self.t >= 10, False, {}
+
+
+class ControlPanelEnv(gym.Env):
+    """``Dict`` actions: ``move`` (``Discrete(3, start=-1)``: the sign of ``obs[0]``), ``aim``
+    (``Box(-2, 2, (2,))``: ``2 * obs[1:]``) and ``buttons`` (``MultiBinary(2)``: press the first).
+    Per step up to 1 + 0 + 1; 10 steps. Raises on an action outside the space."""
+
+    observation_space = spaces.Box(-1, 1, (3,), np.float32)
+
+    def __init__(self, config: dict | None = None) -> None:
+        tuple_actions = bool((config or {}).get("tuple_actions", False))
+        parts = {
+            "move": spaces.Discrete(3, start=-1),
+            "aim": spaces.Box(-2, 2, (2,)),
+            "buttons": spaces.MultiBinary(2),
+        }
+        self.action_space = spaces.Tuple(tuple(parts.values())) if tuple_actions else spaces.Dict(parts)
+        self.t, self.obs = 0, np.zeros(3, np.float32)
+
+    def _observe(self) -> np.ndarray:
+        self.obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return self.obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:  # noqa: ARG002
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observe(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action} is not in {self.action_space}")
+        move, aim, buttons = (
+            action if isinstance(action, tuple) else (action["move"], action["aim"], action["buttons"])
+        )
+        reward = float(move == (1 if self.obs[0] > 0 else -1))
+        reward -= 0.25 * float(np.abs(aim - 2 * self.obs[1:]).sum())
+        reward += float(buttons[0] == 1)
+        self.t += 1
+        return self._observe(), reward, self.t >= 10, False, {}

@@ -44,6 +44,7 @@ from rltrainer.core.learner import Learner, make_learner
 from rltrainer.core.learner_group import LearnerGroup
 from rltrainer.env.env_runner import EpisodeStats, Rollout
 from rltrainer.env.env_runner_group import EnvRunnerGroup
+from rltrainer.env.episode import index_obs
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.models.catalog import ModelCatalog
@@ -368,9 +369,10 @@ class Algorithm(Trainable):
             None if prev_reward is None else [prev_reward],
             explore,
         )
+        action = index_obs(actions, 0)  # a Dict/Tuple action's parts, too
         if not full_fetch and state is None and not state_out:
-            return actions[0]
-        return actions[0], [part[0] for part in state_out], {key: value[0] for key, value in extra.items()}
+            return action
+        return action, [part[0] for part in state_out], {key: value[0] for key, value in extra.items()}
 
     compute_action = compute_single_action  # the Trainer-era name
 
@@ -391,6 +393,8 @@ class Algorithm(Trainable):
         keys = list(observations) if isinstance(observations, dict) else None
         items = [observations[k] for k in keys] if keys is not None else list(observations)
         actions, state_out, extra = self._compute(items, state, prev_action, prev_reward, explore)
+        if isinstance(actions, dict | tuple):  # a Dict/Tuple action per observation
+            actions = [index_obs(actions, i) for i in range(len(items))]
         if keys is not None:
             actions = dict(zip(keys, actions, strict=True))
         if not full_fetch and state is None and not state_out:

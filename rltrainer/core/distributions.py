@@ -220,7 +220,7 @@ class MultiCategorical:
 
     @staticmethod
     def required_inputs(space: spaces.MultiDiscrete | spaces.MultiBinary) -> int:
-        return int(np.sum(_nvec(space)))
+        return int(np.sum(nvec_of(space)))
 
     def sample(self) -> torch.Tensor:
         self.last_sample = torch.stack([part.sample() for part in self.parts], dim=-1)
@@ -258,7 +258,8 @@ class MultiCategorical:
         return actions, np.asarray(logp, dtype=np.float32)
 
 
-def _nvec(space: spaces.MultiDiscrete | spaces.MultiBinary) -> np.ndarray:
+def nvec_of(space: spaces.MultiDiscrete | spaces.MultiBinary) -> np.ndarray:
+    """Categories per column: MultiDiscrete's nvec, flattened, or 2 per MultiBinary column."""
     if isinstance(space, spaces.MultiBinary):
         return np.full(int(np.prod(space.shape)), 2)
     return np.asarray(space.nvec).reshape(-1)
@@ -319,5 +320,12 @@ def dist_class_for(space: spaces.Space) -> type:
     if isinstance(space, spaces.Box):
         return DiagGaussian
     if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
-        return multi_categorical(tuple(int(n) for n in _nvec(space)))
-    raise ValueError(f"unsupported action space {space}: use Discrete, MultiDiscrete, MultiBinary or Box")
+        return multi_categorical(tuple(int(n) for n in nvec_of(space)))
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        from rltrainer.core.composite_actions import multi_action
+
+        return multi_action(space)
+    raise ValueError(
+        f"unsupported action space {space}: use Discrete, MultiDiscrete, MultiBinary, Box, "
+        "or Dict/Tuple of those"
+    )

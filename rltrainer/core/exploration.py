@@ -76,6 +76,12 @@ class Exploration:
             high = np.where(np.isfinite(space.high), space.high, 1.0)
             shape = (batch_size, *space.shape)
             return self.rng.uniform(low, high, size=shape).astype(np.float32)
+        if isinstance(space, (spaces.Dict, spaces.Tuple)):  # rows of the parts' columns
+            from rltrainer.core.composite_actions import CompositeActions
+
+            return CompositeActions(space, normalize_actions=False, clip_actions=False).random(
+                batch_size, self.rng
+            )
         raise ValueError(f"random actions for {space} are not supported")
 
 
