@@ -11,6 +11,7 @@ solved/seeds, then, as its last line, one JSON object with the figures.
     python -m bench.anchors --lib sb3 --algo DQN --env CartPole-v1 --seeds 5
     python -m bench.anchors --lib sb3 --algo SAC --env Pendulum-v1 --seeds 5
     python -m bench.anchors --lib rllib --algo SAC --env Pendulum-v1 --seeds 5
+    python -m bench.anchors --lib sb3 --algo RecurrentPPO --env CartPoleNoVel-v1 --seeds 5  # + sb3-contrib
 
 Targets and budgets (BENCHMARKS.md): CartPole-v1 475 within 300k env steps; Pendulum-v1 -200
 within 50k env steps. ``--target``, ``--budget``, ``--window`` (20) and ``--eval-episodes`` (20)
@@ -62,7 +63,13 @@ from typing import Any
 
 from bench.common import run_seed, summarize_seeds
 
-TARGETS = {"CartPole-v1": (475.0, 300_000), "Pendulum-v1": (-200.0, 50_000)}
+TARGETS = {
+    "CartPole-v1": (475.0, 300_000),
+    "Pendulum-v1": (-200.0, 50_000),
+    # CartPole without its velocities (rl-zoo's MaskVelocityWrapper; rltrainer's StatelessCartPole):
+    # README's "An LSTM on a memory task".
+    "CartPoleNoVel-v1": (200.0, 250_000),
+}
 
 # rl-baselines3-zoo, hyperparams/dqn.yml and hyperparams/sac.yml (policy MlpPolicy, 1 env).
 SB3_ZOO: dict[tuple[str, str], dict[str, Any]] = {
@@ -90,9 +97,24 @@ SB3_ZOO: dict[tuple[str, str], dict[str, Any]] = {
         "gradient_steps": 1,
         "ent_coef": "auto",
     },
+    # hyperparams/ppo_lstm.yml (sb3-contrib's RecurrentPPO, MlpLstmPolicy's defaults: an LSTM of
+    # 256 for the actor and one for the critic, [64, 64] tanh layers); lin_ schedules over the
+    # zoo's 1e5 steps (SB3_ZOO_TIMESTEPS).
+    ("RECURRENTPPO", "CartPoleNoVel-v1"): {
+        "n_steps": 32,
+        "batch_size": 256,
+        "gae_lambda": 0.8,
+        "gamma": 0.98,
+        "n_epochs": 20,
+        "ent_coef": 0.0,
+        "learning_rate": 1e-3,
+        "clip_range": 0.2,
+    },
 }
-# The zoo's n_timesteps for DQN CartPole-v1: the horizon of its exploration schedule.
-SB3_ZOO_DQN_TIMESTEPS = 50_000
+# The zoo's n_timesteps: the horizon of its schedules (epsilon for DQN, lin_ for RecurrentPPO),
+# whatever budget learn() is given.
+SB3_ZOO_TIMESTEPS = {"DQN": 50_000, "RECURRENTPPO": 100_000}
+SB3_ZOO_ENVS = {"RECURRENTPPO": 8}  # n_envs
 
 RLLIB_TUNED = {("SAC", "Pendulum-v1")}
 
@@ -103,8 +125,24 @@ def last_window_mean(returns: list[float], window: int) -> float:
     return sum(last) / len(last) if last else math.nan
 
 
-def sb3_one_seed(args: argparse.Namespace) -> dict[str, Any]:
+def make_env(env_id: str) -> Any:
+    """``gym.make``, with ``CartPoleNoVel-v1`` as rl-zoo builds it: CartPole-v1 with the cart's
+    and the pole's velocities (observation indices 1 and 3) multiplied by zero."""
     import gymnasium as gym
+    import numpy as np
+
+    if env_id != "CartPoleNoVel-v1":
+        return gym.make(env_id)
+    mask = np.array([1.0, 0.0, 1.0, 0.0], dtype=np.float32)
+    return gym.wrappers.TransformObservation(gym.make("CartPole-v1"), lambda obs: obs * mask, None)
+
+
+def _linear(initial: float, timesteps: Any, horizon: int) -> Any:
+    """rl-zoo's ``lin_<initial>``: ``initial`` falling linearly to 0 over ``horizon`` env steps."""
+    return lambda _progress_remaining: initial * max(0.0, 1.0 - timesteps() / horizon)
+
+
+def sb3_one_seed(args: argparse.Namespace) -> dict[str, Any]:
     from stable_baselines3 import DQN, SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -127,22 +165,31 @@ def sb3_one_seed(args: argparse.Namespace) -> dict[str, Any]:
             self.solved = len(self.returns) >= window and last_window_mean(self.returns, window) >= target
             return not self.solved
 
-    algo_class = {"DQN": DQN, "SAC": SAC}[args.algo]
-    env = Monitor(gym.make(args.env))
-    model = algo_class(
-        "MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **SB3_ZOO[args.algo, args.env]
-    )
+    hyperparams = dict(SB3_ZOO[args.algo, args.env])
+    if args.algo == "RECURRENTPPO":
+        from sb3_contrib import RecurrentPPO
+        from stable_baselines3.common.env_util import make_vec_env
+
+        env = make_vec_env(lambda: make_env(args.env), n_envs=SB3_ZOO_ENVS[args.algo], seed=args.seed)
+        horizon = SB3_ZOO_TIMESTEPS[args.algo]
+        for key in ("learning_rate", "clip_range"):  # the zoo's lin_ schedules, over its horizon
+            hyperparams[key] = _linear(hyperparams[key], lambda: model.num_timesteps, horizon)
+        model = RecurrentPPO("MlpLstmPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyperparams)
+    else:
+        algo_class = {"DQN": DQN, "SAC": SAC}[args.algo]
+        env = Monitor(make_env(args.env))
+        model = algo_class("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyperparams)
     if args.algo == "DQN":
         # Epsilon follows the zoo's schedule over its 5e4 steps, whatever the budget passed to learn().
         zoo_schedule = model.exploration_schedule
         model.exploration_schedule = lambda _progress_remaining: zoo_schedule(
-            1.0 - model.num_timesteps / SB3_ZOO_DQN_TIMESTEPS
+            1.0 - model.num_timesteps / SB3_ZOO_TIMESTEPS["DQN"]
         )
     callback = StopAtTarget()
     model.learn(total_timesteps=args.budget, callback=callback)
     stopped_at = time.time()
 
-    eval_env = Monitor(gym.make(args.env))
+    eval_env = Monitor(make_env(args.env))
     eval_env.reset(seed=args.seed + 10_000)
     evaluation, _ = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, deterministic=True)
     return {

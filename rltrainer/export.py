@@ -73,8 +73,10 @@ class ExportedPolicy(nn.Module):
 
 def _torch_rescaler(space: spaces.Space, config: Any):
     """``Policy.to_env_actions`` in torch: distribution actions -> env actions."""
-    if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
         start = torch.as_tensor(np.asarray(getattr(space, "start", 0)).reshape(-1))
+        if isinstance(space, spaces.Discrete):
+            start = start.reshape(())
         return lambda a: a + start.to(a.dtype)
     if not isinstance(space, spaces.Box):
         return lambda a: a

@@ -373,6 +373,8 @@ class Policy:
         if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
             start = np.asarray(getattr(space, "start", 0)).reshape(-1)
             return env_actions.reshape(len(env_actions), -1) - start
+        if isinstance(space, spaces.Discrete):
+            return np.asarray(env_actions) - int(space.start)
         if self._rescale is None or not self.config.normalize_actions:
             return env_actions
         low, high = space.low.astype(np.float32), space.high.astype(np.float32)
@@ -436,6 +438,9 @@ class Policy:
     def _action_rescaler(self, space: spaces.Space, config: Any):
         if self.composite_actions is not None:
             return self.composite_actions.to_env
+        if isinstance(space, spaces.Discrete):  # the distribution counts from 0, the env from its start
+            start = int(space.start)
+            return None if start == 0 else lambda a: a + start
         if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
             # The distribution's [B, d] columns from 0 -> the space's shape (and MultiDiscrete's start)
             start = np.asarray(getattr(space, "start", 0)).reshape(-1)  # MultiBinary has none: 0

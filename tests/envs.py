@@ -375,3 +375,16 @@ class ControlPanelEnv(gym.Env):
         reward += float(buttons[0] == 1)
         self.t += 1
         return self._observe(), reward, self.t >= 10, False, {}
+
+
+class BrightSideBoxEnv(BrightSideEnv):
+    """``BrightSideEnv`` with a ``Box(-1, 1, (1,))`` action: reward ``1 - |a - target| / 2`` where
+    the target is -1 for a bright left half and +1 for a right one (10 steps; blind: about 5)."""
+
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        target = 2.0 * self.side - 1.0
+        reward = 1.0 - abs(float(np.asarray(action).reshape(-1)[0]) - target) / 2.0
+        self.t += 1
+        return self._frame(), reward, self.t >= 10, False, {}

@@ -171,3 +171,47 @@ def test_export_of_composite_actions_says_it_is_not_supported(tmp_path):
             algo.export_policy_model(str(tmp_path), onnx=18)
     finally:
         algo.stop()
+
+
+class SignedChoiceEnv(gym.Env):
+    """``Discrete(3, start=-1)`` actions; reward 1 for -1; raises on an action outside the space."""
+
+    observation_space = spaces.Box(-1, 1, (2,), np.float32)
+    action_space = spaces.Discrete(3, start=-1)
+
+    def __init__(self, config: dict | None = None) -> None:  # noqa: ARG002 - env classes get the EnvContext
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):  # noqa: ARG002
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action} is not in {self.action_space}")
+        self.t += 1
+        return np.zeros(2, np.float32), float(action == -1), self.t >= 10, False, {}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        PPOConfig()
+        .exploration(exploration_config={"type": "StochasticSampling", "random_timesteps": 200})
+        .training(train_batch_size=200, minibatch_size=100, lr=1e-2),
+        DQNConfig().training(num_steps_sampled_before_learning_starts=100),
+    ],
+    ids=["ppo", "dqn"],
+)
+def test_a_discrete_space_with_a_start_gets_actions_from_its_start(config):
+    """Sampled and random actions alike count from 0 inside and from the space's start outside."""
+    algo = config.environment(SignedChoiceEnv).debugging(seed=0).build()
+    try:
+        returns = [algo.train()["episode_return_mean"] for _ in range(8)]  # the env raises on 2
+        assert algo.compute_single_action(np.zeros(2, np.float32), explore=False) in (-1, 0, 1)
+        if isinstance(config, PPOConfig):
+            assert max(returns) > 6, returns  # learned to press -1 (at random: 3.3)
+            assert algo.compute_single_action(np.zeros(2, np.float32), explore=False) == -1
+    finally:
+        algo.stop()

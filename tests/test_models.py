@@ -284,10 +284,6 @@ def test_registrations_reach_remote_env_runners_and_learners():
             frames_ppo(conv_filters=[[16, 4, 2], [32, 11, 1]]),
             r"layer 1 \[32, 11, 1\] shrinks the 10x10 frame below 1x1 \(-5x-5\)",
         ),
-        (
-            SACConfig().environment("Pendulum-v1").training(model={"custom_model": "tiny"}),
-            r"SAC has no custom models yet",
-        ),
     ],
 )
 def test_models_that_do_not_fit_fail_at_build(config, message):

@@ -61,11 +61,13 @@ class Exploration:
         """Uniform actions from the policy's action space, as a ``[B, ...]`` batch; with an
         action mask ``valid`` (``[B, n]``), uniform among each row's allowed actions."""
         space = self.action_space
-        if isinstance(space, spaces.Discrete):
+        if isinstance(
+            space, spaces.Discrete
+        ):  # the distribution's terms: from 0 (the env's start comes later)
             if valid is not None:
                 scores = np.where(valid, self.rng.random(valid.shape), -1.0)
-                return space.start + scores.argmax(axis=1)
-            return space.start + self.rng.integers(0, space.n, size=batch_size)
+                return scores.argmax(axis=1)
+            return self.rng.integers(0, space.n, size=batch_size)
         if isinstance(space, spaces.MultiDiscrete):  # in the distribution's terms: from 0, one column each
             nvec = np.asarray(space.nvec).reshape(-1)
             return self.rng.integers(0, nvec, size=(batch_size, len(nvec)))

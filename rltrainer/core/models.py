@@ -317,31 +317,54 @@ class QNetwork(nn.Module):
 
 
 class ContinuousQ(nn.Module):
-    """``Q(s, a)`` ``[B]`` for Box actions: an MLP over the concatenated observation and action."""
+    """``Q(s, a)`` ``[B]`` for Box actions: an MLP over the concatenated observation (or, with
+    ``make_encoder``, its encoder's features: a conv stack, a custom model) and action."""
 
-    def __init__(self, obs_size: int, action_size: int, hiddens: list[int], activation: str) -> None:
+    def __init__(
+        self,
+        obs_size: int,
+        action_size: int,
+        hiddens: list[int],
+        activation: str,
+        make_encoder: Callable[[], nn.Module] | None = None,
+    ) -> None:
         super().__init__()
-        self.net = mlp([obs_size + action_size, *hiddens, 1], activation, out_gain=1.0)
+        self.encoder = make_encoder() if make_encoder is not None else None
+        features = self.encoder.out_size if self.encoder is not None else obs_size
+        self.net = mlp([features + action_size, *hiddens, 1], activation, out_gain=1.0)
         self._run = FastMLP(self.net, activation)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return self._run(torch.cat([obs, actions], dim=-1)).squeeze(-1)
+        features = obs if self.encoder is None else self.encoder(obs)
+        return self._run(torch.cat([features, actions], dim=-1)).squeeze(-1)
 
 
 class PolicyMLP(nn.Module):
-    """Distribution inputs from a flat observation (SAC's actor): ``net``, one MLP."""
+    """Distribution inputs from a flat observation (SAC's actor): ``net``, one MLP, over the
+    observation or, with ``make_encoder``, its encoder's features."""
 
-    def __init__(self, obs_size: int, num_outputs: int, hiddens: list[int], activation: str) -> None:
+    def __init__(
+        self,
+        obs_size: int,
+        num_outputs: int,
+        hiddens: list[int],
+        activation: str,
+        make_encoder: Callable[[], nn.Module] | None = None,
+    ) -> None:
         super().__init__()
         self.activation = activation
-        self.net = mlp([obs_size, *hiddens, num_outputs], activation, out_gain=0.01)
+        self.encoder = make_encoder() if make_encoder is not None else None
+        features = self.encoder.out_size if self.encoder is not None else obs_size
+        self.net = mlp([features, *hiddens, num_outputs], activation, out_gain=0.01)
         self._run = FastMLP(self.net, activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._run(obs)
+        return self._run(obs if self.encoder is None else self.encoder(obs))
 
     def numpy_policy(self):
-        """``flat_obs (numpy) -> dist_inputs (numpy)`` without torch, for CPU inference."""
+        """``flat_obs (numpy) -> dist_inputs (numpy)``: numpy for an MLP, torch over an encoder."""
+        if self.encoder is not None:
+            return torch_inference(self.forward, self)
         return NumpyMLP(self._run, activation=self.activation)
 
 

@@ -7,6 +7,8 @@ twin Q critics, Polyak-averaged targets and automatic entropy tuning.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -32,20 +34,22 @@ class SACPolicy(Policy):
         raise ConfigError(f"SAC needs a Discrete or a 1-D Box action space, got {self.action_space}")
 
     def make_model(self) -> SACModule:
+        """The actor and critics: MLPs (``policy_model_config``, ``q_model_config``) over the
+        flat observation, or over their own encoder each: a conv stack for images (``model``'s
+        ``conv_filters``, ``conv_activation``, ``post_fcnet_hiddens``; ``ComplexEncoder`` for
+        Dict/Tuple spaces holding images) or a custom model's outputs (``model.custom_model``)."""
         cfg, space = self.config, self.action_space
-        masked = self._mask_columns is not None
-        if cfg.model.custom_model is not None or self.make_encoder() is not None or masked:
-            what = (
-                "custom models"
-                if cfg.model.custom_model is not None
-                else "action masks"
-                if masked
-                else "image observations"
-            )
+        if self._mask_columns is not None:
             raise ConfigError(
-                f"SAC has no {what} yet: its networks read flat observations (policy_model_config, "
-                "q_model_config); use PPO or DQN for them"
+                "SAC has no action masks yet (a masked categorical's entropy target would need the "
+                "allowed count per state); use PPO or DQN for masked actions"
             )
+        encoder = self.make_encoder()
+        if cfg.model.custom_model is not None:
+            from rltrainer.models.torch.adapter import CustomEncoder
+
+            size = self.preprocessor.size
+            encoder = partial(CustomEncoder, self.observation_space, space, size, cfg.model)
         discrete = isinstance(space, spaces.Discrete)
         return SACModule(
             obs_size=self.preprocessor.size,
@@ -55,6 +59,7 @@ class SACPolicy(Policy):
             q_model=cfg.q_model_config,
             twin_q=cfg.twin_q,
             initial_alpha=cfg.initial_alpha,
+            make_encoder=encoder,
         )
 
     def torch_dist_inputs(self, flat_obs: torch.Tensor) -> torch.Tensor:

@@ -34,20 +34,26 @@ class SACModule(nn.Module):
         q_model: dict[str, Any],
         twin_q: bool,
         initial_alpha: float,
+        make_encoder: Any = None,
     ) -> None:
+        """``make_encoder``: a factory of observation encoders (conv stacks, a custom model);
+        the actor and every critic get their own, as in SB3's SAC and RLlib's."""
         super().__init__()
         self.discrete = num_actions is not None
         pi_outputs = num_actions if self.discrete else 2 * action_size
         self.pi = PolicyMLP(
-            obs_size, pi_outputs, policy_model["fcnet_hiddens"], policy_model["fcnet_activation"]
+            obs_size,
+            pi_outputs,
+            policy_model["fcnet_hiddens"],
+            policy_model["fcnet_activation"],
+            make_encoder,
         )
+        q_hiddens, q_activation = q_model["fcnet_hiddens"], q_model["fcnet_activation"]
 
         def critic() -> nn.Module:
             if self.discrete:  # Q(s, .) for every action at once
-                return QNetwork(
-                    obs_size, num_actions, [], q_model["fcnet_hiddens"], q_model["fcnet_activation"], False
-                )
-            return ContinuousQ(obs_size, action_size, q_model["fcnet_hiddens"], q_model["fcnet_activation"])
+                return QNetwork(obs_size, num_actions, [], q_hiddens, q_activation, False, make_encoder)
+            return ContinuousQ(obs_size, action_size, q_hiddens, q_activation, make_encoder)
 
         self.q1 = critic()
         self.q2 = critic() if twin_q else None
