@@ -171,10 +171,12 @@ def sb3_one_seed(args: argparse.Namespace) -> dict[str, Any]:
         from stable_baselines3.common.env_util import make_vec_env
 
         env = make_vec_env(lambda: make_env(args.env), n_envs=SB3_ZOO_ENVS[args.algo], seed=args.seed)
-        horizon = SB3_ZOO_TIMESTEPS[args.algo]
+        horizon, built = SB3_ZOO_TIMESTEPS[args.algo], []
+        steps = lambda: built[0].num_timesteps if built else 0  # noqa: E731 - schedules run in the constructor
         for key in ("learning_rate", "clip_range"):  # the zoo's lin_ schedules, over its horizon
-            hyperparams[key] = _linear(hyperparams[key], lambda: model.num_timesteps, horizon)
+            hyperparams[key] = _linear(hyperparams[key], steps, horizon)
         model = RecurrentPPO("MlpLstmPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyperparams)
+        built.append(model)
     else:
         algo_class = {"DQN": DQN, "SAC": SAC}[args.algo]
         env = Monitor(make_env(args.env))

@@ -90,10 +90,17 @@ def test_the_driver_reserves_one_gpu_share_for_its_learner_and_runner():
 
 @needs_gpu
 @pytest.mark.parametrize(
-    "model", [{}, SMALL_CONV, {"use_lstm": True, "lstm_cell_size": 32}], ids=["mlp", "conv", "lstm"]
+    ("env", "model"),
+    [
+        ("CartPole-v1", {}),
+        (FRAMES, SMALL_CONV),
+        ("CartPole-v1", {"use_lstm": True, "lstm_cell_size": 32}),
+        ("tests.envs:CameraAndSwitchEnv", {**SMALL_CONV, "post_fcnet_hiddens": [16]}),  # image + vector
+        ("tests.envs:ControlPanelEnv", {}),  # Dict actions
+    ],
+    ids=["mlp", "conv", "lstm", "mixed-obs", "dict-actions"],
 )
-def test_ppo_trains_with_a_gpu_learner_and_gpu_inference(tmp_path, model):
-    env = FRAMES if "conv_filters" in model else "CartPole-v1"
+def test_ppo_trains_with_a_gpu_learner_and_gpu_inference(tmp_path, env, model):
     config = (
         PPOConfig()
         .environment(env)
@@ -162,8 +169,11 @@ def test_gpu_inference_matches_the_cpu():
     [
         DQNConfig().environment("CartPole-v1").training(num_steps_sampled_before_learning_starts=64),
         SACConfig().environment("Pendulum-v1").training(num_steps_sampled_before_learning_starts=64),
+        SACConfig()  # conv encoders in the actor and critics, uint8 frames from the buffer
+        .environment(FRAMES)
+        .training(model=SMALL_CONV, num_steps_sampled_before_learning_starts=64),
     ],
-    ids=["dqn", "sac"],
+    ids=["dqn", "sac", "sac-conv"],
 )
 def test_off_policy_algorithms_train_on_a_gpu(config):
     algo = config.resources(num_gpus=1, num_gpus_per_env_runner=1).debugging(seed=0).build()
