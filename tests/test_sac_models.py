@@ -55,7 +55,9 @@ def test_sac_learns_from_uint8_frames(env, training, tmp_path):
         encoders = [m.encoder if hasattr(m, "encoder") else m.trunk for m in (module.pi, *module.critics())]
         assert all(isinstance(e, ConvEncoder) for e in encoders) and len({id(e) for e in encoders}) == 3
         assert algo.replay_buffer.get_state()["obs"].dtype == np.uint8
-        returns = [algo.train()["episode_return_mean"] for _ in range(12)]
+        returns = []
+        while len(returns) < 12 and max(returns, default=0.0) < 8.0:
+            returns.append(algo.train()["episode_return_mean"])
         assert max(returns) >= 8.0, returns  # a blind policy scores about 5
         checkpoint = algo.save()
         frame = env().observation_space.sample()
