@@ -150,12 +150,6 @@ class Policy:
                 "model.use_lstm wraps the built-in encoders; a custom_model keeps its own state: "
                 "remove use_lstm or custom_model"
             )
-        if model.lstm_use_prev_action and self.composite_actions is not None:
-            raise ConfigError(
-                f"model.lstm_use_prev_action: previous actions of a {type(self.action_space).__name__} "
-                "action space are not fed to the LSTM yet; remove lstm_use_prev_action (the LSTM "
-                "itself works with these actions)"
-            )
         make_encoder = self.make_encoder()
         if make_encoder is None:
 
@@ -368,7 +362,9 @@ class Policy:
     def from_env_actions(self, env_actions: np.ndarray) -> np.ndarray:
         """Env actions -> the distribution's (``to_env_actions`` undone; clipping cannot be)."""
         space = self.action_space
-        if self.composite_actions is not None:
+        if self.composite_actions is not None:  # a batch: a structure of batches, or a list of actions
+            if isinstance(env_actions, list | np.ndarray):
+                return np.concatenate([self.composite_actions.from_env_one(a) for a in env_actions])
             return self.composite_actions.from_env(env_actions)
         if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
             start = np.asarray(getattr(space, "start", 0)).reshape(-1)

@@ -222,6 +222,11 @@ class CompositeActions:
             columns.append(flat.astype(np.float32))
         return np.concatenate(columns, axis=1)
 
+    def from_env_one(self, action: Any) -> np.ndarray:
+        """One env action (a dict/tuple without a batch axis) -> a ``[1, columns]`` row."""
+        leaves = iter(np.asarray(leaf)[None] for leaf in self._leaves(action))
+        return self.from_env(self._rebuild(leaves))
+
     def random(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Uniform ``[B, columns]`` rows in the distribution's terms (exploration's random actions)."""
         columns = []

@@ -26,6 +26,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from rltrainer.core.composite_actions import action_parts, is_composite
 from rltrainer.core.models import ACTIVATIONS, ModelV2Calls, input_dict_rows, mlp
 
 
@@ -43,7 +44,10 @@ class RecurrentColumns(NamedTuple):
 
 
 def prev_action_size(space: spaces.Space) -> int:
-    """Columns the previous action takes in the LSTM's input: one-hot for discrete spaces."""
+    """Columns the previous action takes in the LSTM's input: one-hot for discrete spaces (and
+    discrete parts of Dict/Tuple actions, whose parts sit side by side)."""
+    if is_composite(space):
+        return sum(prev_action_size(part) for _, part in action_parts(space))
     if isinstance(space, spaces.Discrete):
         return int(space.n)
     if isinstance(space, spaces.MultiDiscrete):
@@ -125,13 +129,15 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
         if actions is None:
             return torch.zeros(rows, self.prev_action_size, device=device)
         actions = torch.as_tensor(actions, device=device)
-        space = self.action_space
-        if isinstance(space, spaces.Discrete):
-            return _one_hot(actions.reshape(-1), int(space.n), device)
-        if isinstance(space, spaces.MultiDiscrete):
-            columns = actions.reshape(rows, -1)
-            return torch.cat([_one_hot(columns[:, i], int(n), device) for i, n in enumerate(space.nvec)], -1)
-        return actions.reshape(rows, -1).float()
+        if not is_composite(self.action_space):
+            return _encode_action(self.action_space, actions, rows, device)
+        # A Dict/Tuple action's row: each part's columns, encoded as that part alone would be.
+        columns, start, parts = actions.reshape(rows, -1), 0, []
+        for _, part in action_parts(self.action_space):
+            width = 1 if isinstance(part, spaces.Discrete) else int(np.prod(part.shape))
+            parts.append(_encode_action(part, columns[:, start : start + width], rows, device))
+            start += width
+        return torch.cat(parts, dim=-1)
 
     def _towers(self) -> list[tuple[nn.Module, nn.LSTM]]:
         """(encoder, LSTM) pairs: the policy's, then the value function's own if it has one."""
@@ -213,6 +219,20 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
     def numpy_policy(self) -> None:
         """Recurrent modules act through ``Policy`` with their state; no stateless shortcut."""
         return None
+
+
+def _encode_action(
+    space: spaces.Space, actions: torch.Tensor, rows: int, device: torch.device
+) -> torch.Tensor:
+    """``[rows, in]`` LSTM inputs for actions of ``space`` (not Dict/Tuple): one-hot indices for
+    Discrete and MultiDiscrete, the values for the others."""
+    if isinstance(space, spaces.Discrete):
+        return _one_hot(actions.reshape(-1), int(space.n), device)
+    if isinstance(space, spaces.MultiDiscrete):
+        columns = actions.reshape(rows, -1)
+        nvec = np.asarray(space.nvec).reshape(-1)
+        return torch.cat([_one_hot(columns[:, i], int(n), device) for i, n in enumerate(nvec)], -1)
+    return actions.reshape(rows, -1).float()
 
 
 def _one_hot(indices: torch.Tensor, n: int, device: torch.device) -> torch.Tensor:
