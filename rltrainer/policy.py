@@ -169,6 +169,20 @@ class Policy:
             vf_encoder=None if model.vf_share_layers else make_encoder(),
         )
 
+    def make_feature_encoder(self) -> Any:
+        """A factory of encoders for algorithms that put their own heads on the features (DQN's
+        Q head, SAC's actor and critics): the custom model's outputs (``CustomEncoder``), else
+        ``make_encoder()``'s (``None``: the heads read the flat observation)."""
+        model = self.config.model
+        if model.custom_model is None:
+            return self.make_encoder()
+        from functools import partial
+
+        from rltrainer.models.torch.adapter import CustomEncoder
+
+        size = self.preprocessor.size
+        return partial(CustomEncoder, self.observation_space, self.action_space, size, model)
+
     def make_encoder(self) -> Any:
         """A factory of encoder modules for observations the MLP does not read (image frames:
         ``ConvEncoder``; Dict/Tuple spaces holding images: ``ComplexEncoder``), or ``None`` for
@@ -366,11 +380,12 @@ class Policy:
             if isinstance(env_actions, list | np.ndarray):
                 return np.concatenate([self.composite_actions.from_env_one(a) for a in env_actions])
             return self.composite_actions.from_env(env_actions)
+        env_actions = np.asarray(env_actions)
         if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
             start = np.asarray(getattr(space, "start", 0)).reshape(-1)
             return env_actions.reshape(len(env_actions), -1) - start
         if isinstance(space, spaces.Discrete):
-            return np.asarray(env_actions) - int(space.start)
+            return env_actions - int(space.start)
         if self._rescale is None or not self.config.normalize_actions:
             return env_actions
         low, high = space.low.astype(np.float32), space.high.astype(np.float32)

@@ -16,6 +16,7 @@ from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.algorithms.sac import SACConfig
 from rltrainer.core.composite_actions import CompositeActions, multi_action
 from rltrainer.core.distributions import Categorical, DiagGaussian, multi_categorical
+from rltrainer.core.exploration import uniform_actions
 from rltrainer.errors import ConfigError
 from tests.envs import ControlPanelEnv
 from tests.test_recurrent import replay
@@ -69,7 +70,7 @@ def test_rows_and_env_actions_convert_both_ways():
     assert env["buttons"].dtype == np.int8 and env["move"].tolist() == [-1, 1]  # Discrete's start added
     assert all(SPACE.contains({key: value[i] for key, value in env.items()}) for i in range(2))
     np.testing.assert_allclose(composite.from_env(env), rows)
-    random = composite.random(1000, np.random.default_rng(0))
+    random = uniform_actions(composite.policy_space(), 1000, np.random.default_rng(0))
     assert random.shape == (1000, 5) and np.abs(random[:, :2]).max() <= 1.0
     assert set(np.unique(random[:, 4])) == {0.0, 1.0, 2.0}
 

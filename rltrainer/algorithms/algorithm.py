@@ -416,10 +416,8 @@ class Algorithm(Trainable):
             return out["env_actions"], [], policy.extra_fetches(flat, out)
         try:
             packed = pack_state(state, len(items))
-            if prev_actions is not None:  # a Dict/Tuple action space's stay a list of actions
-                prev_actions = policy.from_env_actions(
-                    list(prev_actions) if policy.composite_actions is not None else np.asarray(prev_actions)
-                )
+            if prev_actions is not None:
+                prev_actions = policy.from_env_actions(list(prev_actions))
             if prev_rewards is not None:
                 prev_rewards = np.asarray(prev_rewards, dtype=np.float32).reshape(len(items))
             out = policy.compute(flat, explore, packed, prev_actions, prev_rewards)

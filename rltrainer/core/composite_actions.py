@@ -24,6 +24,7 @@ import torch
 from gymnasium import spaces
 
 from rltrainer.core.distributions import Categorical, DiagGaussian, multi_categorical, nvec_of
+from rltrainer.env.spaces import space_parts
 
 PART_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
 
@@ -32,20 +33,17 @@ def is_composite(space: spaces.Space) -> bool:
     return isinstance(space, spaces.Dict | spaces.Tuple)
 
 
-def action_parts(space: spaces.Space, path: str = "") -> list[tuple[str, spaces.Space]]:
+def action_parts(space: spaces.Space) -> list[tuple[str, spaces.Space]]:
     """``(path, space)`` of each part of a Dict or Tuple action space, in the row's order;
     ``ValueError`` naming a part no distribution covers."""
-    if is_composite(space):
-        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
-        return [
-            part for key, sub in items for part in action_parts(sub, f"{path}/{key}" if path else str(key))
-        ]
-    if not isinstance(space, PART_SPACES):
-        raise ValueError(
-            f"action part {path!r} is {space}: parts of Dict/Tuple actions are Discrete, "
-            "MultiDiscrete, MultiBinary or Box"
-        )
-    return [(path, space)]
+    parts = space_parts(space)
+    for path, part in parts:
+        if not isinstance(part, PART_SPACES):
+            raise ValueError(
+                f"action part {path!r} is {part}: parts of Dict/Tuple actions are Discrete, "
+                "MultiDiscrete, MultiBinary or Box"
+            )
+    return parts
 
 
 def _columns(space: spaces.Space) -> int:
@@ -149,14 +147,13 @@ class CompositeActions:
     ) -> None:
         self.space = space
         self.parts = action_parts(space)
-        self._normalized = []  # per part: Box bounds to rescale from [-1, 1], else None
+        self._normalized = []  # per part: a bounded Box acted in [-1, 1] (normalize_actions)
         for _, part in self.parts:
             bounded = (
                 isinstance(part, spaces.Box) and np.isfinite(part.low).all() and np.isfinite(part.high).all()
             )
             self._normalized.append(bounded and normalize_actions)
         self.clip_actions = clip_actions
-        self.columns = sum(_columns(part) for _, part in self.parts)
 
     def policy_space(self) -> spaces.Space:
         """The space of the distribution's actions per part: [-1, 1] for normalized Box parts."""
@@ -226,23 +223,6 @@ class CompositeActions:
         """One env action (a dict/tuple without a batch axis) -> a ``[1, columns]`` row."""
         leaves = iter(np.asarray(leaf)[None] for leaf in self._leaves(action))
         return self.from_env(self._rebuild(leaves))
-
-    def random(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-        """Uniform ``[B, columns]`` rows in the distribution's terms (exploration's random actions)."""
-        columns = []
-        for (_, part), normalized in zip(self.parts, self._normalized, strict=True):
-            if isinstance(part, spaces.Discrete):
-                columns.append(rng.integers(0, int(part.n), size=(batch_size, 1)))
-            elif isinstance(part, spaces.Box):
-                low = np.where(np.isfinite(part.low), part.low, -1.0).reshape(-1)
-                high = np.where(np.isfinite(part.high), part.high, 1.0).reshape(-1)
-                if normalized:
-                    low, high = -np.ones_like(low), np.ones_like(high)
-                columns.append(rng.uniform(low, high, size=(batch_size, len(low))))
-            else:
-                nvec = nvec_of(part)
-                columns.append(rng.integers(0, nvec, size=(batch_size, len(nvec))))
-        return np.concatenate(columns, axis=1).astype(np.float32)
 
     def _rebuild(self, values: Any, space: spaces.Space | None = None) -> Any:
         space = self.space if space is None else space

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium import spaces
 
+from rltrainer.env.spaces import space_parts
+
 if TYPE_CHECKING:  # torch: the operator checks exploration_config without it
     from rltrainer.core.distributions import ActionDistribution
 
@@ -60,31 +62,36 @@ class Exploration:
     def random_actions(self, batch_size: int, valid: np.ndarray | None = None) -> np.ndarray:
         """Uniform actions from the policy's action space, as a ``[B, ...]`` batch; with an
         action mask ``valid`` (``[B, n]``), uniform among each row's allowed actions."""
-        space = self.action_space
-        if isinstance(
-            space, spaces.Discrete
-        ):  # the distribution's terms: from 0 (the env's start comes later)
-            if valid is not None:
-                scores = np.where(valid, self.rng.random(valid.shape), -1.0)
-                return scores.argmax(axis=1)
-            return self.rng.integers(0, space.n, size=batch_size)
-        if isinstance(space, spaces.MultiDiscrete):  # in the distribution's terms: from 0, one column each
-            nvec = np.asarray(space.nvec).reshape(-1)
-            return self.rng.integers(0, nvec, size=(batch_size, len(nvec)))
-        if isinstance(space, spaces.MultiBinary):
-            return self.rng.integers(0, 2, size=(batch_size, int(np.prod(space.shape))))
-        if isinstance(space, spaces.Box):
-            low = np.where(np.isfinite(space.low), space.low, -1.0)
-            high = np.where(np.isfinite(space.high), space.high, 1.0)
-            shape = (batch_size, *space.shape)
-            return self.rng.uniform(low, high, size=shape).astype(np.float32)
-        if isinstance(space, (spaces.Dict, spaces.Tuple)):  # rows of the parts' columns
-            from rltrainer.core.composite_actions import CompositeActions
+        return uniform_actions(self.action_space, batch_size, self.rng, valid)
 
-            return CompositeActions(space, normalize_actions=False, clip_actions=False).random(
-                batch_size, self.rng
-            )
-        raise ValueError(f"random actions for {space} are not supported")
+
+def uniform_actions(
+    space: spaces.Space, batch_size: int, rng: np.random.Generator, valid: np.ndarray | None = None
+) -> np.ndarray:
+    """``Exploration.random_actions`` for ``space``, in the distribution's terms: discrete
+    indices from 0 (the env's ``start`` is added with the action), Box values within the
+    bounds (+-1 where a bound is infinite); a Dict/Tuple space's rows of its parts' columns."""
+    if isinstance(space, spaces.Discrete):
+        if valid is not None:
+            scores = np.where(valid, rng.random(valid.shape), -1.0)
+            return scores.argmax(axis=1)
+        return rng.integers(0, space.n, size=batch_size)
+    if isinstance(space, spaces.MultiDiscrete):  # in the distribution's terms: from 0, one column each
+        nvec = np.asarray(space.nvec).reshape(-1)
+        return rng.integers(0, nvec, size=(batch_size, len(nvec)))
+    if isinstance(space, spaces.MultiBinary):
+        return rng.integers(0, 2, size=(batch_size, int(np.prod(space.shape))))
+    if isinstance(space, spaces.Box):
+        low = np.where(np.isfinite(space.low), space.low, -1.0)
+        high = np.where(np.isfinite(space.high), space.high, 1.0)
+        shape = (batch_size, *space.shape)
+        return rng.uniform(low, high, size=shape).astype(np.float32)
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        parts = [
+            uniform_actions(part, batch_size, rng).reshape(batch_size, -1) for _, part in space_parts(space)
+        ]
+        return np.concatenate(parts, axis=1).astype(np.float32)
+    raise ValueError(f"random actions for {space} are not supported")
 
 
 class StochasticSampling(Exploration):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from rltrainer.env.spaces import space_parts
 from rltrainer.errors import EnvError
 
 
@@ -54,18 +55,15 @@ class Preprocessor:
         return flat
 
 
-def leaf_columns(space: spaces.Space, path: str = "") -> list[tuple[str, spaces.Space, int, int]]:
-    """``(path, space, start, stop)`` of each non-Dict/Tuple part of ``space`` in a row's column
-    order (``"camera"``, ``"sensors/0"``); the row is what ``Preprocessor.transform`` returns."""
-    if isinstance(space, spaces.Dict | spaces.Tuple):
-        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
-        leaves, start = [], 0
-        for key, sub in items:
-            for leaf_path, leaf, a, b in leaf_columns(sub, f"{path}/{key}" if path else str(key)):
-                leaves.append((leaf_path, leaf, start + a, start + b))
-            start += flat_size(sub)
-        return leaves
-    return [(path, space, 0, flat_size(space))]
+def leaf_columns(space: spaces.Space) -> list[tuple[str, spaces.Space, int, int]]:
+    """``(path, space, start, stop)`` of each non-Dict/Tuple part of ``space`` (``space_parts``)
+    in a row's column order; the row is what ``Preprocessor.transform`` returns."""
+    leaves, start = [], 0
+    for path, leaf in space_parts(space):
+        size = flat_size(leaf)
+        leaves.append((path, leaf, start, start + size))
+        start += size
+    return leaves
 
 
 def flat_size(space: spaces.Space) -> int:

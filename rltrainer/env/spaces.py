@@ -11,6 +11,18 @@ from gymnasium import spaces
 from rltrainer.errors import CheckpointError
 
 
+def space_parts(space: spaces.Space, path: str = "") -> list[tuple[str, spaces.Space]]:
+    """``(path, space)`` of each part of a (nested) Dict or Tuple space that is neither, in the
+    space's order (Dict keys as the space iterates them, Tuple positions): ``"camera"``,
+    ``"sensors/0"``. Any other space is its own single part, at ``path``."""
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
+        return [
+            part for key, sub in items for part in space_parts(sub, f"{path}/{key}" if path else str(key))
+        ]
+    return [(path, space)]
+
+
 def space_to_json(space: spaces.Space) -> dict[str, Any]:
     """A JSON-serializable description of ``space`` (infinite bounds become strings)."""
     if isinstance(space, spaces.Box):

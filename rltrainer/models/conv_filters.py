@@ -32,9 +32,9 @@ def image_parts(space: Any) -> list[tuple[str, spaces.Box]]:
     """The images (rank-3 ``Box``) inside a Dict or Tuple space, by path (``"camera"``)."""
     if not isinstance(space, spaces.Dict | spaces.Tuple):
         return []
-    from rltrainer.env.preprocessors import leaf_columns
+    from rltrainer.env.spaces import space_parts
 
-    return [(path, leaf) for path, leaf, _, _ in leaf_columns(space) if is_image_space(leaf)]
+    return [(path, part) for path, part in space_parts(space) if is_image_space(part)]
 
 
 def conv_layers(space: spaces.Box, conv_filters: list | None) -> list[tuple[int, tuple, tuple, tuple]]:

@@ -36,15 +36,7 @@ class DQNPolicy(Policy):
         """Q-values from an MLP, or from the ``hiddens`` head (and dueling value head) over a
         conv stack (image observations) or a custom model's outputs; masked (``MaskedQ``)
         when the observation holds an action mask."""
-        cfg = self.config
-        encoder = self.make_encoder()
-        if cfg.model.custom_model is not None:
-            from functools import partial
-
-            from rltrainer.models.torch.adapter import CustomEncoder
-
-            size = self.preprocessor.size
-            encoder = partial(CustomEncoder, self.observation_space, self.action_space, size, cfg.model)
+        encoder = self.make_feature_encoder()
         return DQNModule(self._masked(lambda: QNetwork(**self._q_kwargs(), make_encoder=encoder)))
 
     def _masked(self, make_q: Any) -> Any:

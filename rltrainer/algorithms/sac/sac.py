@@ -7,8 +7,6 @@ twin Q critics, Polyak-averaged targets and automatic entropy tuning.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -44,12 +42,7 @@ class SACPolicy(Policy):
                 "SAC has no action masks yet (a masked categorical's entropy target would need the "
                 "allowed count per state); use PPO or DQN for masked actions"
             )
-        encoder = self.make_encoder()
-        if cfg.model.custom_model is not None:
-            from rltrainer.models.torch.adapter import CustomEncoder
-
-            size = self.preprocessor.size
-            encoder = partial(CustomEncoder, self.observation_space, space, size, cfg.model)
+        encoder = self.make_feature_encoder()
         discrete = isinstance(space, spaces.Discrete)
         return SACModule(
             obs_size=self.preprocessor.size,
