@@ -64,9 +64,29 @@ def resolve_creator(env: Any) -> EnvCreator:
             return lambda ctx: gym.make(name, **ctx)
         cls = _import_class(env)
         return lambda ctx: cls(ctx)
+    register_namespace(env)
     if env in gym.registry:
         return lambda ctx: gym.make(env, **ctx)
     raise EnvError(_unknown_env_message(env))
+
+
+#: gymnasium namespaces whose package registers its ids only when asked: namespace ->
+#: (module, its registering function, what to install). ALE's are in ``rltrainer.env.atari``.
+_NAMESPACES = {
+    "MinAtar/": ("minatar.gym", "register_envs", "pip install 'rltrainer[minatar]' (the minatar package)"),
+}
+
+
+def register_namespace(env: str) -> None:
+    """Register the ids of ``env``'s namespace (``MinAtar/Breakout-v1``) with gymnasium on first
+    sight, in whichever process makes the env; ``EnvError`` saying what to install."""
+    for prefix, (module_name, function, install) in _NAMESPACES.items():
+        if env.startswith(prefix) and env not in gym.registry:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                raise EnvError(f"env {env!r} needs the {prefix.rstrip('/')} games: {install}") from None
+            getattr(module, function)()
 
 
 def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.Env:
