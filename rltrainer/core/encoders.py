@@ -71,12 +71,16 @@ class ConvEncoder(nn.Module):
         self.out_size = features
 
     def forward(self, flat_obs: torch.Tensor) -> torch.Tensor:
-        # Channels-first and contiguous, converted and transposed in one copy: torch's CPU
-        # convolutions on the strided view of channels-last frames are about 4x slower
-        # (measured on 84x84x4 frames, batch 8).
+        # Float frames in torch's channels-last memory format, converted in one copy: oneDNN's
+        # CPU convolutions run on it directly (RLlib's 84x84 stack, 256-frame minibatch, 2
+        # threads: 120 ms per update against 190 for contiguous channels-first frames), where
+        # the strided view of the rows themselves was about 4x slower.
         height, width, channels = self.frame_shape
         frames = torch.empty(
-            (flat_obs.shape[0], channels, height, width), dtype=torch.float32, device=flat_obs.device
+            (flat_obs.shape[0], channels, height, width),
+            dtype=torch.float32,
+            device=flat_obs.device,
+            memory_format=torch.channels_last,
         )
         frames.copy_(flat_obs.reshape(-1, height, width, channels).permute(0, 3, 1, 2))
         if self.scale != 1.0:
