@@ -10,6 +10,7 @@ solved/seeds, then, as its last line, one JSON object with the figures.
 
     python -m bench.anchors --lib sb3 --algo DQN --env CartPole-v1 --seeds 5
     python -m bench.anchors --lib sb3 --algo SAC --env Pendulum-v1 --seeds 5
+    python -m bench.anchors --lib sb3 --algo TD3 --env Pendulum-v1 --seeds 3
     python -m bench.anchors --lib rllib --algo SAC --env Pendulum-v1 --seeds 5
     python -m bench.anchors --lib sb3 --algo RecurrentPPO --env CartPoleNoVel-v1 --seeds 5  # + sb3-contrib
 
@@ -34,8 +35,9 @@ It runs in its own virtualenv, never the project's (it must not import rltrainer
 
 Hyperparameters' sources:
 
-- SB3: rl-baselines3-zoo's tuned ``hyperparams/dqn.yml`` (CartPole-v1) and ``hyperparams/sac.yml``
-  (Pendulum-v1), as listed in BENCHMARKS.md; SB3 2.9.2 defaults for everything else. The zoo
+- SB3: rl-baselines3-zoo's tuned ``hyperparams/dqn.yml`` (CartPole-v1), ``hyperparams/sac.yml``
+  and ``hyperparams/td3.yml`` (Pendulum-v1), as listed in BENCHMARKS.md (TD3's from the zoo's
+  file); SB3 2.9.2 defaults for everything else. The zoo
   trains DQN for n_timesteps=5e4 and its epsilon schedule (1.0 -> 0.04 over 16 % of training)
   is relative to that, so here epsilon reaches 0.04 at 0.16 * 5e4 = 8,000 env steps and stays
   there while training goes on up to the budget. SB3's ``target_update_interval`` counts env
@@ -97,6 +99,18 @@ SB3_ZOO: dict[tuple[str, str], dict[str, Any]] = {
         "gradient_steps": 1,
         "ent_coef": "auto",
     },
+    # hyperparams/td3.yml (net_arch [400, 300]; noise_type normal with noise_std 0.1, built
+    # here as the zoo does: NormalActionNoise over the action dimensions).
+    ("TD3", "Pendulum-v1"): {
+        "learning_rate": 1e-3,
+        "buffer_size": 200_000,
+        "learning_starts": 10_000,
+        "gamma": 0.98,
+        "train_freq": 1,
+        "gradient_steps": 1,
+        "noise_std": 0.1,
+        "policy_kwargs": {"net_arch": [400, 300]},
+    },
     # hyperparams/ppo_lstm.yml (sb3-contrib's RecurrentPPO, MlpLstmPolicy's defaults: an LSTM of
     # 256 for the actor and one for the critic, [64, 64] tanh layers); lin_ schedules over the
     # zoo's 1e5 steps (SB3_ZOO_TIMESTEPS).
@@ -143,7 +157,8 @@ def _linear(initial: float, timesteps: Any, horizon: int) -> Any:
 
 
 def sb3_one_seed(args: argparse.Namespace) -> dict[str, Any]:
-    from stable_baselines3 import DQN, SAC
+    import numpy as np
+    from stable_baselines3 import DQN, SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.monitor import Monitor
@@ -178,8 +193,14 @@ def sb3_one_seed(args: argparse.Namespace) -> dict[str, Any]:
         model = RecurrentPPO("MlpLstmPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyperparams)
         built.append(model)
     else:
-        algo_class = {"DQN": DQN, "SAC": SAC}[args.algo]
+        algo_class = {"DQN": DQN, "SAC": SAC, "TD3": TD3}[args.algo]
         env = Monitor(make_env(args.env))
+        if "noise_std" in hyperparams:
+            from stable_baselines3.common.noise import NormalActionNoise
+
+            size = env.action_space.shape[0]
+            noise = hyperparams.pop("noise_std") * np.ones(size)
+            hyperparams["action_noise"] = NormalActionNoise(mean=np.zeros(size), sigma=noise)
         model = algo_class("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **hyperparams)
     if args.algo == "DQN":
         # Epsilon follows the zoo's schedule over its 5e4 steps, whatever the budget passed to learn().

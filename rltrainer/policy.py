@@ -221,14 +221,15 @@ class Policy:
 
         return conv_encoder
 
+    #: Whether the model has a state-value head (``vf_preds`` in the extra fetches): PPO's.
+    has_value_function = True
+
     def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What ``compute_single_action(full_fetch=True)`` returns besides the action."""
-        values = out["vf_preds"] if "vf_preds" in out else self.compute_values(flat_obs)
-        return {
-            "action_logp": out["action_logp"],
-            "action_dist_inputs": out["action_dist_inputs"],
-            "vf_preds": values,
-        }
+        fetches = {"action_logp": out["action_logp"], "action_dist_inputs": out["action_dist_inputs"]}
+        if self.has_value_function:
+            fetches["vf_preds"] = out["vf_preds"] if "vf_preds" in out else self.compute_values(flat_obs)
+        return fetches
 
     # --- inference -------------------------------------------------------------------
     def policy_action_space(self) -> spaces.Space:

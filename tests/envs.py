@@ -388,3 +388,24 @@ class BrightSideBoxEnv(BrightSideEnv):
         reward = 1.0 - abs(float(np.asarray(action).reshape(-1)[0]) - target) / 2.0
         self.t += 1
         return self._frame(), reward, self.t >= 10, False, {}
+
+
+class ReachTargetEnv(gym.Env):
+    """A continuous contextual bandit: observe a target ``x`` in [-1, 1], act ``a`` in [-2, 2],
+    reward ``-(a - 2x)^2`` (best: the target scaled to the action bounds), one step per episode.
+    A deterministic-policy learner must map the observation to the rescaled action."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def __init__(self, config: dict | None = None) -> None:  # noqa: ARG002
+        self.target = np.zeros(1, np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:  # noqa: ARG002
+        super().reset(seed=seed)
+        self.target = self.np_random.uniform(-1.0, 1.0, (1,)).astype(np.float32)
+        return self.target.copy(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        reward = -float((np.asarray(action, np.float32)[0] - 2.0 * self.target[0]) ** 2)
+        return self.target.copy(), reward, True, False, {}

@@ -310,7 +310,7 @@ CARTPOLE = ("--algo", "PPO", "--env", "CartPole-v1")
 USER_ERRORS = {
     "unknown algo": (
         _train("--algo", "DQNX", "--env", "CartPole-v1"),
-        ["unknown algorithm 'DQNX'", "available: DQN, PPO"],
+        ["unknown algorithm 'DQNX'", "available: DDPG, DQN, PPO, SAC, TD3"],
     ),
     "unknown env": (
         _train("--algo", "PPO", "--env", "NoSuchEnv-v0"),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from rltrainer.algorithms.ddpg import TD3Config
 from rltrainer.algorithms.dqn import DQNConfig
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.algorithms.sac import SACConfig
@@ -98,8 +99,9 @@ def test_an_lstm_exports_with_its_state(tmp_path):
         PPOConfig().environment(BrightSideEnv).training(model={"vf_share_layers": True}),  # uint8 frames
         DQNConfig().environment("CartPole-v1"),
         SACConfig().environment("Pendulum-v1"),
+        TD3Config().environment("Pendulum-v1").training(actor_hiddens=[32], critic_hiddens=[32]),
     ],
-    ids=["ppo-box", "ppo-conv", "dqn", "sac"],
+    ids=["ppo-box", "ppo-conv", "dqn", "sac", "td3"],
 )
 def test_torchscript_gives_the_same_actions(tmp_path, config):
     algo = config.debugging(seed=0).build()

@@ -49,6 +49,8 @@ SPECS = {
         "stop": "qf_loss",
     },
     "SAC": {"config": {"optimization_config": {"actor_learning_rate": 1e-3}}, "stop": "critic_loss"},
+    "DDPG": {"config": {"actor_hiddens": [64, 64], "critic_lr": 1e-3}, "stop": "mean_q"},
+    "TD3": {"config": {"policy_delay": 3, "target_noise": 0.1}, "stop": "actor_loss"},
 }
 
 

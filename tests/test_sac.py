@@ -1,4 +1,5 @@
-"""SAC: squashed-Gaussian math, entropy tuning, configs, checkpoints, remote env runners, learning."""
+"""SAC: squashed-Gaussian math, entropy tuning, configs, checkpoints, remote env runners, learning
+(remote runners and the CLI for DQN and TD3 too)."""
 
 from __future__ import annotations
 
@@ -170,10 +171,14 @@ def test_sac_needs_the_driver_learner():
 
 
 @pytest.mark.usefixtures("local_ray")  # a new local instance (tests/conftest.py)
-@pytest.mark.parametrize("algo", ["DQN", "SAC"])
+@pytest.mark.parametrize("algo", ["DQN", "SAC", "TD3"])
 def test_one_remote_env_runner(tmp_path, algo):
     if algo == "SAC":
         config = tiny(tmp_path)
+    elif algo == "TD3":
+        from tests.test_ddpg import tiny as tiny_td3
+
+        config = tiny_td3(tmp_path)
     else:
         config = (
             DQNConfig()
@@ -216,12 +221,13 @@ def test_tuned_example_solves_pendulum(tmp_path):
         algo.stop()
 
 
-def test_cli_train_and_evaluate(tmp_path, capsys):
+@pytest.mark.parametrize("algo", ["SAC", "TD3"])
+def test_cli_train_and_evaluate(tmp_path, capsys, algo):
     from rltrainer.cli import main
 
     config = '{"num_steps_sampled_before_learning_starts": 16, "train_batch_size": 16}'
-    args = ["train", "--algo", "SAC", "--env", "Pendulum-v1", "--storage-path", str(tmp_path)]
+    args = ["train", "--algo", algo, "--env", "Pendulum-v1", "--storage-path", str(tmp_path)]
     assert main([*args, "--stop", '{"timesteps_total": 200}', "--config", config, "--checkpoint-at-end"]) == 0
-    (checkpoint,) = tmp_path.glob("SAC_Pendulum-v1/*/checkpoint_*")
+    (checkpoint,) = tmp_path.glob(f"{algo}_Pendulum-v1/*/checkpoint_*")
     assert main(["evaluate", str(checkpoint), "--episodes", "1"]) == 0
     assert "mean return" in capsys.readouterr().out

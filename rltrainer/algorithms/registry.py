@@ -23,6 +23,12 @@ ALGORITHMS: dict[str, Registered] = {
     "PPO": Registered("rltrainer.algorithms.ppo.ppo:PPO", "rltrainer.algorithms.ppo.ppo_config:PPOConfig"),
     "DQN": Registered("rltrainer.algorithms.dqn.dqn:DQN", "rltrainer.algorithms.dqn.dqn_config:DQNConfig"),
     "SAC": Registered("rltrainer.algorithms.sac.sac:SAC", "rltrainer.algorithms.sac.sac_config:SACConfig"),
+    "DDPG": Registered(
+        "rltrainer.algorithms.ddpg.ddpg:DDPG", "rltrainer.algorithms.ddpg.ddpg_config:DDPGConfig"
+    ),
+    "TD3": Registered(
+        "rltrainer.algorithms.ddpg.ddpg:TD3", "rltrainer.algorithms.ddpg.ddpg_config:TD3Config"
+    ),
 }
 
 

@@ -207,6 +207,38 @@ class SquashedGaussian:
         return np.tanh(u).astype(np.float32), (gaussian_logp - correction).astype(np.float32)
 
 
+class SquashedDeterministic:
+    """A deterministic action in (-1, 1): ``tanh`` of the inputs ``[B, d]`` (DDPG's and TD3's
+    actor; RLlib's ``TorchDeterministic`` over a squashed output). Exploration adds the noise;
+    ``logp`` is 0 and there is no entropy, as in RLlib."""
+
+    def __init__(self, inputs: torch.Tensor, model: Any = None) -> None:  # noqa: ARG002 - RLlib's signature
+        self.inputs = inputs
+
+    @staticmethod
+    def required_inputs(space: spaces.Box) -> int:
+        return int(math.prod(space.shape))
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.tanh(self.inputs)
+
+    sample = deterministic_sample
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(actions.shape[0], dtype=actions.dtype, device=actions.device)
+
+    logp = log_prob  # RLlib's name
+
+    @staticmethod
+    def sample_numpy(
+        inputs: np.ndarray,
+        explore: bool,  # noqa: ARG004 - exploration adds the noise
+        rng: np.random.Generator,  # noqa: ARG004
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(tanh(inputs), 0)``: the env runners' inference path."""
+        return np.tanh(inputs).astype(np.float32), np.zeros(len(inputs), dtype=np.float32)
+
+
 class MultiCategorical:
     """Independent categoricals over the columns of a MultiDiscrete (or MultiBinary) action:
     inputs ``[B, sum(nvec)]``, the logits of each dimension side by side; actions ``[B, d]``.

@@ -130,7 +130,7 @@ class Learner:
         bad = [name for name, value in values.items() if not math.isfinite(value)]
         shown = ", ".join(f"{name}={value:.4g}" for name, value in values.items())
         named = f"{', '.join(bad)} not finite" if bad else "not finite on another learner"
-        message = f"{type(self).__name__}: the loss is {named} ({shown}; lr {self.optimizer.lr:.3g})"
+        message = f"{type(self).__name__}: the loss is {named} ({shown}; lr {self.current_lr():.3g})"
         if self.config.on_nonfinite == "stop":
             raise NumericalError(
                 f"{message}; lower lr, clip gradients (grad_clip), or set "
@@ -139,6 +139,10 @@ class Learner:
         self.skipped_steps += 1
         logger.warning("%s: gradient step skipped (on_nonfinite='skip_batch')", message)
         return False
+
+    def current_lr(self) -> float:
+        """The learning rate of the step being taken (for messages)."""
+        return self.optimizer.lr
 
     def apply_gradients(self, loss: torch.Tensor) -> None:
         self.flat_params.zero_grad()

@@ -61,12 +61,10 @@ class DQNPolicy(Policy):
     def torch_dist_inputs(self, flat_obs: torch.Tensor) -> torch.Tensor:
         return self.model(flat_obs)  # the online network's Q-values
 
-    def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:  # noqa: ARG002
-        return {
-            "action_logp": out["action_logp"],
-            "action_dist_inputs": out["action_dist_inputs"],
-            "q_values": out["action_dist_inputs"],
-        }
+    has_value_function = False
+
+    def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {**super().extra_fetches(flat_obs, out), "q_values": out["action_dist_inputs"]}
 
 
 class DQN(OffPolicyAlgorithm):

@@ -7,7 +7,6 @@ twin Q critics, Polyak-averaged targets and automatic entropy tuning.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from gymnasium import spaces
 
@@ -21,6 +20,8 @@ from rltrainer.policy import Policy
 
 class SACPolicy(Policy):
     """The actor: a squashed Gaussian over [-1, 1] (Box) or a categorical (Discrete)."""
+
+    has_value_function = False
 
     def make_dist_class(self) -> type:
         if isinstance(self.action_space, spaces.Discrete):
@@ -57,9 +58,6 @@ class SACPolicy(Policy):
 
     def torch_dist_inputs(self, flat_obs: torch.Tensor) -> torch.Tensor:
         return self.model.pi(flat_obs)  # the actor's
-
-    def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:  # noqa: ARG002
-        return {"action_logp": out["action_logp"], "action_dist_inputs": out["action_dist_inputs"]}
 
 
 class SAC(OffPolicyAlgorithm):

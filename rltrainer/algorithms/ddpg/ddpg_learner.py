@@ -1,0 +1,122 @@
+"""DDPG's and TD3's module and losses: a deterministic tanh actor, one or two Q critics, target
+copies of both, Polyak-averaged.
+
+DDPG: Lillicrap et al. 2016 ("Continuous control with deep reinforcement learning").
+TD3: Fujimoto et al. 2018 ("Addressing Function Approximation Error in Actor-Critic Methods"):
+clipped double Q (``twin_q``), delayed actor and target updates (``policy_delay``), target
+policy smoothing (``smooth_target_policy``). The same step does both; the config picks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from rltrainer.algorithms.ddpg.ddpg_config import DDPGConfig
+from rltrainer.core.actor_critic_learner import ActorCriticLearner, ActorCriticModule, freeze_as_target, min_q
+from rltrainer.core.models import ContinuousQ, PolicyMLP, TargetCopy
+from rltrainer.utils.replay_buffers import ReplayBatch
+
+
+class DDPGModule(ActorCriticModule):
+    """``pi`` (pre-tanh actions), critics ``q1`` (and ``q2``) and target copies of all of them."""
+
+    def __init__(
+        self,
+        obs_size: int,
+        action_size: int,
+        config: DDPGConfig,
+        make_encoder: Any = None,
+    ) -> None:
+        """``make_encoder``: a factory of observation encoders (conv stacks, a custom model);
+        the actor and every critic get their own, as SAC's do."""
+        super().__init__()
+        cfg = config
+
+        def actor() -> PolicyMLP:
+            return PolicyMLP(
+                obs_size, action_size, cfg.actor_hiddens, cfg.actor_hidden_activation, make_encoder
+            )
+
+        def critic() -> ContinuousQ:
+            return ContinuousQ(
+                obs_size, action_size, cfg.critic_hiddens, cfg.critic_hidden_activation, make_encoder
+            )
+
+        self.pi, self.pi_target = actor(), actor()
+        freeze_as_target(self.pi, self.pi_target)
+        self.add_critics(critic, cfg.twin_q)
+
+
+class DDPGLearner(ActorCriticLearner):
+    """Per replayed batch: a critic step; every ``policy_delay`` batches an actor step and a
+    Polyak update of the target actor and critics."""
+
+    STAT_KEYS = DDPGConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
+
+    def __init__(self, module: DDPGModule, dist_class: type, config: Any, device: str = "cpu") -> None:
+        parts = {
+            "actor": (module.pi, config.actor_lr),
+            "critic": (nn.ModuleList(module.critics()), config.critic_lr),
+        }
+        super().__init__(module, dist_class, config, device, parts)
+        self.actor_target = TargetCopy(module.pi_target)
+        self.critic_target = TargetCopy(nn.ModuleList(module.target_critics()))
+        # Weight decay on the critics' weights (not biases), added to their loss as RLlib's l2_reg.
+        self._critic_weights = [p for q in module.critics() for n, p in q.named_parameters() if "weight" in n]
+        self.num_critic_updates = 0
+        self.last_target_update = 0
+        self._last_actor_loss = torch.tensor(float("nan"))  # the last actor step's, between them
+
+    def update_from_batch(self, batch: ReplayBatch, timestep: int) -> dict[str, float]:
+        cfg, m, b = self.config, self.module, batch
+        obs, next_obs = self.to_tensor(b.obs), self.to_tensor(b.next_obs)
+        rewards, weights = self.to_tensor(b.rewards), self.to_tensor(b.weights)
+        bootstrap = self.to_tensor(b.discounts * (1.0 - b.terminateds))  # gamma^k, 0 after a termination
+        actions = self.to_tensor(b.actions)
+
+        # --- critics: regress on r + gamma^k min_j Q'_j(s', pi'(s') [+ clipped noise])
+        with torch.no_grad():
+            next_actions = torch.tanh(m.pi_target(next_obs))
+            if cfg.smooth_target_policy:
+                noise = (torch.randn_like(next_actions) * cfg.target_noise).clamp(
+                    -cfg.target_noise_clip, cfg.target_noise_clip
+                )
+                next_actions = (next_actions + noise).clamp(-1.0, 1.0)
+            q_target = rewards + bootstrap * min_q(m.target_critics(), next_obs, next_actions)
+        q_values = [q(obs, actions) for q in m.critics()]
+        critic_loss = sum((weights * self._td_loss(q - q_target)).mean() for q in q_values)
+        if cfg.l2_reg > 0:
+            critic_loss = critic_loss + cfg.l2_reg * sum(w.pow(2).sum() for w in self._critic_weights)
+        self.step("critic", critic_loss)
+        self.num_critic_updates += 1
+
+        # --- actor (every policy_delay critic steps): maximize Q1(s, pi(s)); then the targets
+        if self.num_critic_updates % cfg.policy_delay == 0:
+            actor_loss = -m.q1(obs, torch.tanh(m.pi(obs))).mean()
+            self.step("actor", actor_loss, inputs=self.params["actor"].params)
+            self._last_actor_loss = actor_loss.detach()
+            if timestep - self.last_target_update >= cfg.target_network_update_freq:
+                self.actor_target.update(self.params["actor"].data, cfg.tau)
+                self.critic_target.update(self.params["critic"].data, cfg.tau)
+                self.last_target_update = timestep
+
+        self.set_td_errors(q_values[0] - q_target)
+        q1 = q_values[0].detach()
+        stats = [critic_loss.detach(), self._last_actor_loss.to(q1.device), q1.mean(), q1.max(), q1.min()]
+        return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
+
+    def _td_loss(self, error: torch.Tensor) -> torch.Tensor:
+        if not self.config.use_huber:
+            return 0.5 * error.pow(2)
+        delta = self.config.huber_threshold
+        return torch.nn.functional.huber_loss(error, torch.zeros_like(error), reduction="none", delta=delta)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"last_target_update": self.last_target_update, "num_critic_updates": self.num_critic_updates}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.last_target_update = int(state.get("last_target_update", 0))
+        self.num_critic_updates = int(state.get("num_critic_updates", 0))
