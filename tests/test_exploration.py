@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -224,3 +226,103 @@ def test_evaluation_uses_evaluation_config_exploration(tmp_path):
         assert algo.evaluate()["evaluation"]["episode_len_mean"] < 15
     finally:
         algo.stop()
+
+
+# --- the documents' import paths, the per-worker variants, memory tracking -----------------
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("rltrainer.utils.exploration.epsilon_greedy.EpsilonGreedy", "EpsilonGreedy"),
+        ("rltrainer.utils.exploration.soft_q.SoftQ", "SoftQ"),
+        ("rltrainer.utils.exploration.gaussian_noise:GaussianNoise", "GaussianNoise"),
+        (
+            "rltrainer.utils.exploration.per_worker_epsilon_greedy.PerWorkerEpsilonGreedy",
+            "PerWorkerEpsilonGreedy",
+        ),
+        ("rltrainer.utils.exploration.PerWorkerOrnsteinUhlenbeckNoise", "PerWorkerOrnsteinUhlenbeckNoise"),
+    ],
+)
+def test_classes_by_the_documents_module_paths(path, name):
+    from rltrainer.core import exploration
+
+    assert exploration_class(path) is getattr(exploration, name)
+
+
+def test_the_documents_imports():
+    import rltrainer.utils.exploration.stochastic_sampling as sampling
+    from rltrainer.utils.exploration.exploration import Exploration
+    from rltrainer.utils.exploration.ornstein_uhlenbeck_noise import OrnsteinUhlenbeckNoise as Noise
+
+    assert Noise is OrnsteinUhlenbeckNoise and issubclass(Noise, Exploration)
+    assert sampling.StochasticSampling is StochasticSampling
+
+
+def test_per_worker_constants_are_ape_xs():
+    from rltrainer.core.exploration import PerWorkerEpsilonGreedy, PerWorkerGaussianNoise, per_worker_constant
+
+    assert [per_worker_constant(i, 3) for i in range(4)] == pytest.approx([0.0, 0.4, 0.4**4.5, 0.4**8])
+    assert per_worker_constant(1, 1) == pytest.approx(0.4)
+    greedy = PerWorkerEpsilonGreedy(DISCRETE, epsilon_timesteps=100)
+    greedy.set_worker(0, 0)  # no remote runners: the usual schedule
+    assert greedy.epsilon(0) == 1.0 and greedy.epsilon(100) == pytest.approx(0.05)
+    greedy.set_worker(2, 3)
+    assert greedy.epsilon(0) == greedy.epsilon(10**6) == pytest.approx(0.4**4.5)
+    noise = PerWorkerGaussianNoise(BOX, random_timesteps=0)
+    noise.set_worker(0, 2)  # the driver's runner with remote ones: greedy
+    actions, _ = noise.get_exploration_action(gaussian_dist(10), timestep=5)
+    np.testing.assert_allclose(actions, np.tile([0.5, -0.25], (10, 1)), rtol=1e-6)
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_each_remote_runner_explores_with_its_own_epsilon(tmp_path):
+    from rltrainer.algorithms.dqn import DQNConfig
+
+    algo = (
+        DQNConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=1, rollout_fragment_length=4)
+        .exploration(exploration_config={"type": "rltrainer.utils.exploration.PerWorkerEpsilonGreedy"})
+        .training(model={"fcnet_hiddens": [8]}, hiddens=[], num_steps_sampled_before_learning_starts=0)
+        .reporting(storage_path=str(tmp_path), min_sample_timesteps_per_iteration=16)
+        .build()
+    )
+    try:
+        algo.train()
+        epsilons = algo.workers.foreach_worker(lambda runner: runner.policy.exploration.epsilon(10**6))
+        assert epsilons == pytest.approx([0.0, 0.4, 0.4**8])  # the driver's runner, then 1 and 2
+    finally:
+        algo.stop()
+
+
+def test_memory_tracking_callbacks_report_the_runner_and_its_top_lines(tmp_path):
+    from rltrainer.agents.callbacks import MemoryTrackingCallbacks
+
+    algo = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .callbacks(MemoryTrackingCallbacks)
+        .training(train_batch_size=256, minibatch_size=128, num_epochs=1)
+        .reporting(storage_path=str(tmp_path))
+        .build()
+    )
+    try:
+        metrics = algo.train()["custom_metrics"]
+    finally:
+        algo.stop()
+        import tracemalloc
+
+        tracemalloc.stop()
+    assert (
+        metrics["worker_rss_mean"] > 10_000_000 and metrics["worker_vss_mean"] >= metrics["worker_rss_mean"]
+    )
+    # each episode's 10 largest allocation sites (which sites differs between episodes)
+    lines = [key for key in metrics if key.endswith("_size_mean")]
+    assert lines and all(re.fullmatch(r".+:\d+_size_mean", key) for key in lines)
+
+
+@pytest.mark.parametrize("kind", ["ParameterNoise", "ray.rllib.utils.exploration.curiosity.Curiosity"])
+def test_rllibs_other_explorations_are_refused_saying_what_to_use(kind):
+    with pytest.raises(ConfigError, match=r"rltrainer has no (ParameterNoise|Curiosity) yet; (use|add)"):
+        PPOConfig().environment("Pendulum-v1").exploration(exploration_config={"type": kind})

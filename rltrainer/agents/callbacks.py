@@ -1,5 +1,5 @@
 """Trainer-era path of the callbacks (``from rltrainer.agents.callbacks import DefaultCallbacks``)."""
 
-from rltrainer.algorithms.callbacks import DefaultCallbacks
+from rltrainer.algorithms.callbacks import DefaultCallbacks, MemoryTrackingCallbacks, MultiCallbacks
 
-__all__ = ["DefaultCallbacks"]
+__all__ = ["DefaultCallbacks", "MemoryTrackingCallbacks", "MultiCallbacks"]

@@ -59,6 +59,10 @@ class Exploration:
     def on_episodes_done(self, dones: np.ndarray) -> None:  # noqa: B027 - optional hook
         """Called by env runners with the ``[N]`` mask of envs whose episode just ended."""
 
+    def set_worker(self, worker_index: int, num_workers: int) -> None:  # noqa: B027 - optional hook
+        """Called by each env runner once built: its index (0: the driver's) among
+        ``num_workers`` remote ones (RLlib's ``worker_info``; the per-worker variants use it)."""
+
     def random_actions(self, batch_size: int, valid: np.ndarray | None = None) -> np.ndarray:
         """Uniform actions from the policy's action space, as a ``[B, ...]`` batch; with an
         action mask ``valid`` (``[B, n]``), uniform among each row's allowed actions."""
@@ -256,14 +260,71 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
             self.state[dones] = 0.0
 
 
+def per_worker_constant(worker_index: int, num_workers: int) -> float:
+    """Ape-X's per-worker constant (Horgan et al. 2018, p. 5): ``0.4 ** (1 + 7 i / (N - 1))``
+    for remote worker ``i + 1`` of ``N``, so workers range from much to little exploration; 0 for
+    the driver's runner (it evaluates)."""
+    if worker_index == 0:
+        return 0.0
+    return 0.4 ** (1 + (worker_index - 1) / max(num_workers - 1, 1) * 7)
+
+
+class PerWorkerEpsilonGreedy(EpsilonGreedy):
+    """Ape-X's exploration: with remote env runners each explores with its own constant epsilon
+    (``per_worker_constant``); without them, ``EpsilonGreedy``'s schedule."""
+
+    def set_worker(self, worker_index: int, num_workers: int) -> None:
+        if num_workers > 0:
+            epsilon = per_worker_constant(worker_index, num_workers)
+            self.initial_epsilon = self.final_epsilon = epsilon
+
+
+class PerWorkerGaussianNoise(GaussianNoise):
+    """``GaussianNoise`` with a constant scale per remote env runner (``per_worker_constant``);
+    without remote runners, the usual schedule."""
+
+    def set_worker(self, worker_index: int, num_workers: int) -> None:
+        if num_workers > 0:
+            self.initial_scale = self.final_scale = per_worker_constant(worker_index, num_workers)
+
+
+class PerWorkerOrnsteinUhlenbeckNoise(OrnsteinUhlenbeckNoise):
+    """``OrnsteinUhlenbeckNoise`` with a constant scale per remote env runner
+    (``per_worker_constant``); without remote runners, the usual schedule."""
+
+    set_worker = PerWorkerGaussianNoise.set_worker
+
+
 BUILTIN: dict[str, type[Exploration]] = {
     cls.__name__: cls
-    for cls in (EpsilonGreedy, SoftQ, StochasticSampling, GaussianNoise, OrnsteinUhlenbeckNoise, Random)
+    for cls in (
+        EpsilonGreedy,
+        SoftQ,
+        StochasticSampling,
+        GaussianNoise,
+        OrnsteinUhlenbeckNoise,
+        Random,
+        PerWorkerEpsilonGreedy,
+        PerWorkerGaussianNoise,
+        PerWorkerOrnsteinUhlenbeckNoise,
+    )
+}
+
+
+#: RLlib's built-ins that rltrainer does not have yet, with what to use meanwhile.
+NOT_BUILT: dict[str, str] = {
+    "ParameterNoise": "use GaussianNoise or OrnsteinUhlenbeckNoise (action-space noise) for DDPG/TD3/SAC, "
+    "EpsilonGreedy for DQN",
+    "Curiosity": "add an intrinsic reward in a callback's on_postprocess_trajectory, or use a "
+    "count-based bonus in an env wrapper",
 }
 
 
 def exploration_class(spec: Any) -> type[Exploration]:
     """A class from a class, a built-in name, or ``"package.module:Class"`` (or dotted)."""
+    name = spec.rpartition(":")[2].rpartition(".")[2] if isinstance(spec, str) else None
+    if name in NOT_BUILT:
+        raise ValueError(f"exploration_config type {spec!r}: rltrainer has no {name} yet; {NOT_BUILT[name]}")
     if isinstance(spec, type):
         cls = spec
     elif isinstance(spec, str) and spec in BUILTIN:
@@ -335,6 +396,9 @@ __all__ = [
     "Exploration",
     "GaussianNoise",
     "OrnsteinUhlenbeckNoise",
+    "PerWorkerEpsilonGreedy",
+    "PerWorkerGaussianNoise",
+    "PerWorkerOrnsteinUhlenbeckNoise",
     "Random",
     "SoftQ",
     "StochasticSampling",

@@ -208,6 +208,7 @@ class EnvRunner:
             raise
         except ValueError as err:
             raise EnvError(f"env {config.env!r}: {err}") from None
+        self.policy.exploration.set_worker(worker_index, num_workers)
         self.policy.set_device(inference_device(config, worker_index))
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
         self._unfiltered = type(self.filter) is NoFilter  # (MeanStdFilter subclasses it)
