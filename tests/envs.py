@@ -409,3 +409,56 @@ class ReachTargetEnv(gym.Env):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         reward = -float((np.asarray(action, np.float32)[0] - 2.0 * self.target[0]) ** 2)
         return self.target.copy(), reward, True, False, {}
+
+
+class OldApiEnv(gym.Env):
+    """The old gym API the documents' examples use: ``reset() -> obs``, ``step() -> (obs,
+    reward, done, info)``; reward 1 for action 1, ``length`` steps, then done (with gym's
+    ``TimeLimit.truncated`` in the info when ``truncate`` is set)."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, config: dict | None = None) -> None:
+        config = config or {}
+        self.length, self.truncate = int(config.get("length", 10)), bool(config.get("truncate", False))
+        self.t, self.seeded = 0, None
+
+    def seed(self, seed: int | None = None) -> None:
+        self.seeded = seed
+
+    def reset(self):  # noqa: ANN201 - the old API: no seed, the observation alone
+        self.t = 0
+        return np.zeros(3, np.float32)
+
+    def step(self, action):  # noqa: ANN001, ANN201
+        self.t += 1
+        done = self.t >= self.length
+        info = {"TimeLimit.truncated": True} if done and self.truncate else {}
+        return np.full(3, 0.1 * self.t, np.float32).clip(-1, 1), float(action == 1), done, info
+
+
+class DuckTypedOldEnv:
+    """An env object that is no ``gymnasium.Env`` at all (as one from the old ``gym`` package)."""
+
+    observation_space = OldApiEnv.observation_space
+    action_space = OldApiEnv.action_space
+    __init__ = OldApiEnv.__init__
+    reset = OldApiEnv.reset
+    step = OldApiEnv.step
+
+
+class BadRewardEnv(FixedLengthEnv):
+    """Rewards as strings: the env check at build() must catch it."""
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict]:
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, "1.0", terminated, truncated, info
+
+
+class WrongShapeEnv(FixedLengthEnv):
+    """Observations of shape (4,) for a (3,) Box."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed, options=options)
+        return np.zeros(4, np.float32), {}

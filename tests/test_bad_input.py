@@ -175,7 +175,8 @@ CLI: dict[str, tuple[list[str], str]] = {
         "Curiosity2",
     ),
     "config-search-space-bad-value": (_ppo("--config", '{"lr": {"grid_search": [0.001, -1]}}'), "-1"),
-    "config-horizon-documented": (_ppo("--config", '{"horizon": 200}'), "horizon"),
+    "config-horizon-not-positive": (_ppo("--config", '{"horizon": 0}'), "horizon"),
+    "config-soft-horizon-documented": (_ppo("--config", '{"soft_horizon": true}'), "soft_horizon"),
     "config-tf-framework": (_ppo("--config", '{"framework": "tf2"}'), "tf2"),
     # --stop
     "stop-not-json": (_train("--algo", "PPO", "--env", "CartPole-v1", "--stop", "iterations=3"), "--stop"),

@@ -225,6 +225,9 @@ def test_envs_in_remote_runners_read_a_named_actor(tmp_path):
     """RLlib's "global coordination" pattern: envs look up a named actor the driver created."""
     coordinator = ray.remote(envs.Coordinator).options(name="test_coordinator", num_cpus=0).remote()
     cfg = config(tmp_path).environment(envs.CoordinatedEnv, env_config={"coordinator": "test_coordinator"})
+    # The env check at build() would start one episode in the driver's env (the coordinator
+    # counts it); this test counts the episodes the runners sample.
+    cfg.environment(disable_env_checking=True)
     algo = cfg.env_runners(num_env_runners=2).build()
     try:
         ray.get(coordinator.set_level.remote(3))

@@ -301,7 +301,8 @@ def test_ignored_env_runner_failure_goes_on_without_it(tmp_path):
 def test_runner_failing_every_time_stops_at_the_tolerance(tmp_path):
     config = (
         tuned_config(tmp_path)
-        .environment("tests.envs:FailingEnv", env_config={"fail_every": 1})
+        # an env failing every step: the check at build() would refuse it, and this is about restarts
+        .environment("tests.envs:FailingEnv", env_config={"fail_every": 1}, disable_env_checking=True)
         .env_runners(num_env_runners=1, num_envs_per_env_runner=1)
         .resources(custom_resources_per_env_runner=ROLLOUT)
         .fault_tolerance(

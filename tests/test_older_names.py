@@ -80,7 +80,6 @@ def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
     ("section", "key", "value", "why"),
     [
         ("framework", "eager_tracing", True, "TensorFlow setting and rltrainer is torch only"),
-        ("env_runners", "horizon", 200, r"env_config=\{'max_episode_steps': N\}"),
         ("env_runners", "create_env_on_driver", False, "the driver always creates"),
         ("env_runners", "no_done_at_end", True, "episodes end when the env ends them"),
         ("environment", "render_env", True, "rltrainer evaluate CHECKPOINT --video DIR"),
@@ -96,8 +95,6 @@ def test_documented_settings_rltrainer_cannot_honour_say_why(section, key, value
 
 
 def test_documented_settings_that_match_what_rltrainer_does_are_accepted():
-    config = PPOConfig.from_dict(
-        {"horizon": None, "create_env_on_driver": True, "disable_env_checking": True, "eager_tracing": False}
-    )
+    config = PPOConfig.from_dict({"create_env_on_driver": True, "eager_tracing": False})
     config.framework("torch", eager_tracing=False).env_runners(soft_horizon=False, no_done_at_end=False)
-    assert "horizon" not in config.to_dict()  # nothing to store: it is how rltrainer works
+    assert "create_env_on_driver" not in config.to_dict()  # nothing to store: it is how rltrainer works

@@ -70,16 +70,7 @@ _ENV_ENDS = "episodes end when the env ends them (terminated or truncated; trunc
 #: use instead (never accepted and silently ignored).
 DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
     "create_env_on_driver": (True, "the driver always creates its own env runner's envs"),
-    "disable_env_checking": (
-        True,
-        "rltrainer runs no env checker at build(); env errors surface when envs are made",
-    ),
     "eager_tracing": (False, "it is a TensorFlow setting and rltrainer is torch only"),
-    "horizon": (
-        None,
-        "limit episodes in the env: env_config={'max_episode_steps': N} for gymnasium ids, or "
-        "gymnasium.wrappers.TimeLimit in your env creator",
-    ),
     "soft_horizon": (False, _ENV_ENDS),
     "no_done_at_end": (False, _ENV_ENDS),
     "remote_worker_envs": (False, "sub-envs step in their env runner; for slow envs add env runners"),
@@ -211,6 +202,7 @@ class AlgorithmConfig(BaseModel):
             "normalize_actions",
             "clip_actions",
             "env_task_fn",
+            "disable_env_checking",
         ),
         "env_runners": (
             "num_env_runners",
@@ -219,6 +211,7 @@ class AlgorithmConfig(BaseModel):
             "batch_mode",
             "observation_filter",
             "sample_timeout_s",
+            "horizon",
         ),
         "training": ("gamma", "lr", "grad_clip", "grad_clip_by", "train_batch_size", "model"),
         "evaluation": (
@@ -296,6 +289,9 @@ class AlgorithmConfig(BaseModel):
     """Box actions: the policy acts in [-1, 1], rescaled to the space's bounds."""
     clip_actions: bool = False
     """Box actions: clip to the space's bounds before stepping the env."""
+    disable_env_checking: bool = False
+    """Skip the env check at ``build()`` (one seeded reset and one step of an extra env in the
+    driver, checked against the spaces and gymnasium's API: ``rltrainer.env.env_checker``)."""
     env_task_fn: Any = None
     """Curriculum: ``fn(train_results, task_settable_env, env_ctx) -> task``, called after every
     ``train()`` for each sub-env of every env runner, which is set to the task returned where it
@@ -314,6 +310,9 @@ class AlgorithmConfig(BaseModel):
     """Normalize observations with running mean/std statistics."""
     sample_timeout_s: float = Field(60.0, gt=0)
     """How long to wait for remote env runners' samples before failing."""
+    horizon: int | None = Field(None, gt=0)
+    """Truncate every episode after this many env steps (RLlib's; a ``TimeLimit`` on each env
+    copy, so the truncated episodes bootstrap); ``None``: episodes end when the env ends them."""
 
     # --- training ----------------------------------------------------------------
     gamma: float = Field(0.99, ge=0.0, le=1.0)

@@ -28,11 +28,12 @@ from rltrainer.core.exploration import Exploration
 from rltrainer.core.filters import NoFilter, make_filter
 from rltrainer.core.recurrent import RecurrentColumns
 from rltrainer.env.apis.task_settable_env import TaskSettableEnv, carry_task, find_task_settable
+from rltrainer.env.env_checker import check_env
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.recurrent_sampling import RecurrentInputs
-from rltrainer.env.registry import RestartOnCrash, make_vector_env, register_env
+from rltrainer.env.registry import RestartOnCrash, make_env, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import make_output_writer
@@ -208,6 +209,8 @@ class EnvRunner:
             raise
         except ValueError as err:
             raise EnvError(f"env {config.env!r}: {err}") from None
+        if worker_index == 0 and not in_evaluation and not config.disable_env_checking:
+            self._check_env()  # once, in the driver, before any runner samples (spaces known good)
         self.policy.exploration.set_worker(worker_index, num_workers)
         self.policy.set_device(inference_device(config, worker_index))
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
@@ -303,6 +306,18 @@ class EnvRunner:
             carry_task(old, new)  # TaskSettableEnvs keep their (curriculum) tasks
         self._obs = None
 
+    def _check_env(self) -> None:
+        """RLlib's env check at build (``rltrainer.env.env_checker``) on the first env copy
+        (sampling resets it before use), or, for a natively batched env, on one more env."""
+        copies = getattr(self.env, "envs", None)
+        env = copies[0] if copies else make_env(self.config.env, self._ctx)
+        try:
+            mask_key = self.config.model.action_mask_key
+            check_env(env, self.config.env_name, seed=self.config.seed or 0, action_mask_key=mask_key)
+        finally:
+            if not copies:
+                env.close()
+
     def _make_envs(self) -> gym.vector.VectorEnv:
         per_env = overrides(self.callbacks, "on_sub_environment_created")
         try:
@@ -312,6 +327,7 @@ class EnvRunner:
                 self.config.num_envs_per_env_runner,
                 restart_failed=self.config.restart_failed_sub_environments,
                 sub_envs=per_env,  # the hook gets each env object, so no natively batched env
+                horizon=self.config.horizon,
             )
         except RLTrainerError:
             raise

@@ -18,6 +18,7 @@ import gymnasium as gym
 
 from rltrainer.env.apis.task_settable_env import carry_task
 from rltrainer.env.atari import AtariEnv, is_atari, make_atari_vector
+from rltrainer.env.env_checker import OldGymApi, uses_old_gym_api
 from rltrainer.env.env_context import EnvContext
 from rltrainer.errors import EnvError
 
@@ -50,7 +51,7 @@ def registered_creators() -> dict[str, EnvCreator]:
 def resolve_creator(env: Any) -> EnvCreator:
     """Turn an env spec into a creator taking an ``EnvContext``; raises ``EnvError``."""
     if isinstance(env, type):
-        if not issubclass(env, gym.Env):
+        if not (issubclass(env, gym.Env) or _env_like(env)):
             raise EnvError(f"env class {env.__name__} is not a gymnasium.Env subclass")
         return lambda ctx: env(ctx)
     if not isinstance(env, str) or not env:
@@ -103,6 +104,8 @@ def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.E
         raise
     except TypeError as err:
         raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
+    if _env_like(created) and (uses_old_gym_api(created) or not isinstance(created, gym.Env)):
+        created = OldGymApi(created)  # reset() -> obs, step() -> 4-tuple: gymnasium's API over it
     return _checked(created, env)
 
 
@@ -135,14 +138,22 @@ class RestartOnCrash(gym.Wrapper):
 
 
 def make_vector_env(
-    env: Any, ctx: EnvContext, num_envs: int, restart_failed: bool = False, sub_envs: bool = False
+    env: Any,
+    ctx: EnvContext,
+    num_envs: int,
+    restart_failed: bool = False,
+    sub_envs: bool = False,
+    horizon: int | None = None,
 ) -> gym.vector.VectorEnv:
     """Create ``num_envs`` copies stepped together (next-step autoreset, gymnasium's default).
 
     With ``restart_failed`` each copy is wrapped in ``RestartOnCrash`` (native batched envs,
     made from a ``vector_entry_point``, have no separate copies to recreate). ``sub_envs``
     asks for a ``SyncVectorEnv`` of env objects even where a native batched env exists.
+    ``horizon`` (RLlib's): each copy's episodes are truncated after that many steps (a
+    ``TimeLimit`` on each, so copies, not a native batched env).
     """
+    sub_envs = sub_envs or horizon is not None
     if env not in _REGISTRY and not sub_envs and is_atari(env):
         return make_atari_vector(env, num_envs, dict(ctx))
     if isinstance(env, str) and env in gym.registry and env not in _REGISTRY and not sub_envs:
@@ -153,13 +164,13 @@ def make_vector_env(
             except TypeError as err:
                 raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
 
-    def make_copy(index: int) -> gym.Env:
+    def make_one(index: int) -> gym.Env:
         created = make_env(env, ctx.copy_with_overrides(vector_index=index))
-        return (
-            RestartOnCrash(created, lambda: make_env(env, ctx.copy_with_overrides(vector_index=index)))
-            if (restart_failed)
-            else created
-        )
+        return created if horizon is None else gym.wrappers.TimeLimit(created, max_episode_steps=horizon)
+
+    def make_copy(index: int) -> gym.Env:
+        created = make_one(index)
+        return RestartOnCrash(created, lambda: make_one(index)) if restart_failed else created
 
     return gym.vector.SyncVectorEnv([(lambda i=i: make_copy(i)) for i in range(num_envs)])
 
@@ -184,9 +195,14 @@ def _import_class(path: str) -> type:
         obj = getattr(obj, part, None)
         if obj is None:
             raise EnvError(f"env {path!r}: module {module_name!r} has no attribute {class_name!r}")
-    if not (isinstance(obj, type) and issubclass(obj, gym.Env)):
+    if not (isinstance(obj, type) and (issubclass(obj, gym.Env) or _env_like(obj))):
         raise EnvError(f"env {path!r} is not a gymnasium.Env subclass")
     return obj
+
+
+def _env_like(obj: Any) -> bool:
+    """Has what an env needs (an old gym env, or any duck-typed one ``OldGymApi`` adapts)."""
+    return all(hasattr(obj, name) for name in ("reset", "step", "observation_space", "action_space"))
 
 
 def _unknown_env_message(env: str) -> str:

@@ -212,7 +212,7 @@ INVALID = [
         {"config": {"exploration_config": {"type": "Curiosity"}}},
         OPERATOR,
         "spec.config.exploration_config",
-        "unknown exploration_config type 'Curiosity'",
+        "exploration_config type 'Curiosity': rltrainer has no Curiosity yet",
     ),
     (
         "unknown-stop-key",
@@ -533,9 +533,9 @@ def test_a_null_the_live_spec_still_has_a_value_for_is_fine():
 
 def test_a_documented_setting_rltrainer_cannot_honour_says_why():
     with pytest.raises(InvalidSpec) as err:
-        validate_experiment(patched({"config": {"horizon": 200}}))
-    assert err.value.field == "spec.config.horizon"
-    assert "max_episode_steps" in str(err.value)
+        validate_experiment(patched({"config": {"soft_horizon": True}}))
+    assert err.value.field == "spec.config.soft_horizon"
+    assert "episodes end when the env ends them" in str(err.value)
     validate_experiment(patched({"config": {"create_env_on_driver": True}}))
 
 
