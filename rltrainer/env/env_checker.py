@@ -13,6 +13,7 @@ their ``reset`` takes no ``seed`` (as shimmy's ``GymV21CompatibilityV0`` does fo
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import numbers
@@ -89,7 +90,7 @@ def check_env(env: gym.Env, name: str, seed: int = 0, action_mask_key: str | Non
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
         fail(f"reset() must return (observation, info dict) (gymnasium's API), got {_kind(out)}")
     _check_obs(env, out[0], "reset()", fail)
-    action = _allowed_action(env.action_space, out[0], action_mask_key)
+    action = _allowed_action(env.action_space, out[0], action_mask_key, seed)
     try:
         out = env.step(action)
     except Exception as err:  # noqa: BLE001
@@ -150,8 +151,13 @@ def _misfit(space: gym.Space, obs: Any) -> str | None:
     return None if space.contains(obs) else f"{obs!r:.200} is not in the space"
 
 
-def _allowed_action(space: gym.Space, obs: Any, action_mask_key: str | None) -> Any:
-    mask = obs.get(action_mask_key) if isinstance(obs, dict) and action_mask_key else None
+def _allowed_action(space: gym.Space, obs: Any, action_mask_key: str | None, seed: int) -> Any:
+    """An action sampled from a seeded copy of ``space`` (the same one every build; the env's
+    own space keeps its random state), among the allowed ones when the observation holds a
+    mask (under ``action_mask_key``, or the usual ``"action_mask"`` with masking off)."""
+    space = copy.deepcopy(space)
+    space.seed(seed)
+    mask = obs.get(action_mask_key or "action_mask") if isinstance(obs, dict) else None
     if mask is not None and isinstance(space, gym.spaces.Discrete):
         allowed = np.asarray(mask).astype(np.int8).reshape(-1)
         if allowed.shape == (space.n,) and allowed.any():
