@@ -85,7 +85,6 @@ def test_actor_and_targets_update_every_policy_delay_critic_steps(tmp_path):
     algo = tiny(tmp_path, policy_delay=3, tau=0.5).build()
     try:
         learner = algo.learner_group.local_learner
-        batch = None
         algo.train()  # fills the buffer (and trains a few steps)
         batch = algo.replay_buffer.sample(16)
         actor, target = learner.params["actor"].data.clone(), learner.actor_target.data.clone()

@@ -18,7 +18,6 @@ from torch import nn
 
 from rltrainer.core.learner import ADAM_EPS, Learner
 from rltrainer.core.optim import Adam, FlatParameters
-from rltrainer.utils.debugging import apply_debugging
 
 
 class ActorCriticModule(nn.Module):
@@ -57,33 +56,21 @@ def min_q(critics: list[nn.Module], *inputs: torch.Tensor) -> torch.Tensor:
 
 
 class ActorCriticLearner(Learner):
-    """Trains ``module`` (with an actor ``module.pi``) part by part: ``parts`` maps a part's name
-    to ``(its parameters as a module, its learning rate)``; the parts must not overlap."""
+    """Trains ``module`` (with an actor ``module.pi``) part by part: ``optimizer_parts()`` maps a
+    part's name to ``(its parameters as a module, its learning rate)``; the parts must not overlap."""
 
-    def __init__(
-        self,
-        module: nn.Module,
-        dist_class: type,
-        config: Any,
-        device: str,
-        parts: dict[str, tuple[nn.Module, float]],
-    ) -> None:
-        # No single optimizer over the whole module: the base class's __init__ is not used.
-        self.config = config
-        apply_debugging(config)
-        self.device = torch.device(device)
-        self.module = module.to(self.device)
-        self.train_module = self.module
-        self.world_size = 1
-        self.dist_class = dist_class
-        self.skipped_steps = 0
+    def optimizer_parts(self) -> dict[str, tuple[nn.Module, float]]:
+        raise NotImplementedError
+
+    def build_optimizers(self) -> None:
+        # No single optimizer over the whole module: one Adam per part.
+        parts = self.optimizer_parts()
         self.params = {name: FlatParameters(part) for name, (part, _) in parts.items()}
         self.optimizers = {
             name: Adam(self.params[name], lr=lr, eps=ADAM_EPS) for name, (_, lr) in parts.items()
         }
         self._stepping = next(iter(parts))
         self.last_td_errors = np.zeros(0, dtype=np.float32)  # the replay buffer's new priorities
-        self.init_callbacks()
 
     def build_batch(self, batch: Any) -> Any:
         return batch  # a replayed batch, as the buffer gives it

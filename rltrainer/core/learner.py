@@ -41,11 +41,16 @@ class Learner:
         self.train_module: nn.Module = self.module
         self.world_size = 1  # learners sharing each update (see setup_data_parallel)
         self.dist_class = dist_class
-        self.lr_schedule = PiecewiseSchedule(config.lr)
-        self.flat_params = FlatParameters(self.module)
-        self.optimizer = Adam(self.flat_params, lr=self.lr_schedule(0), eps=ADAM_EPS)
+        self.build_optimizers()
         self.skipped_steps = 0  # gradient steps skipped for a non-finite loss (skip_batch)
         self.init_callbacks()
+
+    def build_optimizers(self) -> None:
+        """One Adam over the whole module, at the config's ``lr`` schedule (subclasses with
+        several optimizers override this)."""
+        self.lr_schedule = PiecewiseSchedule(self.config.lr)
+        self.flat_params = FlatParameters(self.module)
+        self.optimizer = Adam(self.flat_params, lr=self.lr_schedule(0), eps=ADAM_EPS)
 
     def init_callbacks(self) -> None:
         """This learner's instance of the config's callbacks (for ``on_learn_on_batch``)."""

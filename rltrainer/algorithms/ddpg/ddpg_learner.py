@@ -57,18 +57,19 @@ class DDPGLearner(ActorCriticLearner):
     STAT_KEYS = DDPGConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
 
     def __init__(self, module: DDPGModule, dist_class: type, config: Any, device: str = "cpu") -> None:
-        parts = {
-            "actor": (module.pi, config.actor_lr),
-            "critic": (nn.ModuleList(module.critics()), config.critic_lr),
-        }
-        super().__init__(module, dist_class, config, device, parts)
+        super().__init__(module, dist_class, config, device)
         self.actor_target = TargetCopy(module.pi_target)
         self.critic_target = TargetCopy(nn.ModuleList(module.target_critics()))
         # Weight decay on the critics' weights (not biases), added to their loss as RLlib's l2_reg.
         self._critic_weights = [p for q in module.critics() for n, p in q.named_parameters() if "weight" in n]
         self.num_critic_updates = 0
         self.last_target_update = 0
-        self._last_actor_loss = torch.tensor(float("nan"))  # the last actor step's, between them
+        # the last actor step's loss, reported between actor steps
+        self._last_actor_loss = torch.tensor(float("nan"), device=self.device)
+
+    def optimizer_parts(self) -> dict[str, tuple[nn.Module, float]]:
+        m, cfg = self.module, self.config
+        return {"actor": (m.pi, cfg.actor_lr), "critic": (nn.ModuleList(m.critics()), cfg.critic_lr)}
 
     def update_from_batch(self, batch: ReplayBatch, timestep: int) -> dict[str, float]:
         cfg, m, b = self.config, self.module, batch
@@ -105,7 +106,7 @@ class DDPGLearner(ActorCriticLearner):
 
         self.set_td_errors(q_values[0] - q_target)
         q1 = q_values[0].detach()
-        stats = [critic_loss.detach(), self._last_actor_loss.to(q1.device), q1.mean(), q1.max(), q1.min()]
+        stats = [critic_loss.detach(), self._last_actor_loss, q1.mean(), q1.max(), q1.min()]
         return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
 
     def _td_loss(self, error: torch.Tensor) -> torch.Tensor:

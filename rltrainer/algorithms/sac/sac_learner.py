@@ -64,17 +64,19 @@ class SACLearner(ActorCriticLearner):
     STAT_KEYS = SACConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
 
     def __init__(self, module: SACModule, dist_class: type, config: Any, device: str = "cpu") -> None:
-        opt = config.optimization_config
-        parts = {
-            "actor": (module.pi, opt["actor_learning_rate"]),
-            "critic": (nn.ModuleList(module.critics()), opt["critic_learning_rate"]),
-            "alpha": (ParameterModule(module.log_alpha), opt["entropy_learning_rate"]),
-        }
-        super().__init__(module, dist_class, config, device, parts)
+        super().__init__(module, dist_class, config, device)
         self.actor_params, self.critic_params = self.params["actor"], self.params["critic"]
         self.target = TargetCopy(nn.ModuleList(module.target_critics()))
         self.target_entropy = config.get_target_entropy(module.discrete, self._action_dims())
         self.last_target_update = 0
+
+    def optimizer_parts(self) -> dict[str, tuple[nn.Module, float]]:
+        m, opt = self.module, self.config.optimization_config
+        return {
+            "actor": (m.pi, opt["actor_learning_rate"]),
+            "critic": (nn.ModuleList(m.critics()), opt["critic_learning_rate"]),
+            "alpha": (ParameterModule(m.log_alpha), opt["entropy_learning_rate"]),
+        }
 
     def _action_dims(self) -> int:
         outputs = self.module.pi.net[-1].out_features
