@@ -37,3 +37,9 @@ class WorkerError(RuntimeError):
 
 class CallbackError(RLTrainerError):
     """A user callback raised; the message names the hook, the callbacks class and where it ran."""
+
+
+class InputError(RLTrainerError):
+    """Offline input (``offline_data(input_=...)``) that cannot be read: no files, a file that is
+    not Parquet or JSON lines, or rows that do not fit the env's spaces (the message names the
+    file and what is wrong)."""

@@ -52,3 +52,31 @@ def local_ray():
     )
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch: pytest.MonkeyPatch):
+    """A moto S3 server on 127.0.0.1 with an empty bucket "trajectories", and fake AWS
+    credentials in the environment; yields ``(endpoint, boto3 client)``."""
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEOUTPUT")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake-secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    client = boto3.client("s3", endpoint_url=endpoint)
+    client.create_bucket(Bucket="trajectories")
+    yield endpoint, client
+    server.stop()

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 from pathlib import Path
 
-import boto3
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from moto.server import ThreadedMotoServer
 
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.env.env_runner import EnvRunner, Rollout
@@ -178,27 +175,6 @@ def test_remote_runners_write_their_own_files(tmp_path: Path) -> None:
     check_episodes(rows)
     by_file = [set(pq.read_table(f).column("eps_id").to_pylist()) for f in files]
     assert not by_file[0] & by_file[1]  # episode ids are unique across runners
-
-
-@pytest.fixture
-def s3_bucket(monkeypatch: pytest.MonkeyPatch):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEOUTPUT")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake-secret")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-    client = boto3.client("s3", endpoint_url=endpoint)
-    client.create_bucket(Bucket="trajectories")
-    yield endpoint, client
-    server.stop()
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,9 @@ class Algorithm(Trainable):
             check_storage_path(config.storage_path, config.storage_options)
         if config.output is not None:  # "logdir" (the trial folder) and relative paths: the driver's
             config._output_path = resolve_output(config.output, lambda: self.trial_uri)
+        if config.is_offline:  # the files are listed once, here: a missing input fails at build()
+            config._input_sources = None
+            config.get_input_sources()
         # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.
         self._placement = None
         if needs_ray(config):

@@ -50,6 +50,7 @@ ALIASES: dict[str, str] = {
     "num_sgd_iter": "num_epochs",
     "sgd_minibatch_size": "minibatch_size",
     "lambda": "lambda_",
+    "input": "input_",
     "framework": "framework_str",
     "ignore_worker_failures": "ignore_env_runner_failures",
     "recreate_failed_workers": "restart_failed_env_runners",
@@ -246,7 +247,15 @@ class AlgorithmConfig(BaseModel):
         ),
         "callbacks": ("callbacks_class",),
         "debugging": ("log_level", "seed", "logger_config", "on_nonfinite"),
-        "offline_data": ("output", "output_config", "output_max_file_size"),
+        "offline_data": (
+            "input_",
+            "input_config",
+            "shuffle_buffer_size",
+            "actions_in_input_normalized",
+            "output",
+            "output_config",
+            "output_max_file_size",
+        ),
         "fault_tolerance": (
             "restart_failed_env_runners",
             "ignore_env_runner_failures",
@@ -423,6 +432,18 @@ class AlgorithmConfig(BaseModel):
     (``"package.module:Class"``; see ``rltrainer.results``); ``None``: all three."""
 
     # --- offline data ------------------------------------------------------------
+    input_: Any = "sampler"
+    """Where training batches come from: ``"sampler"`` (the envs), a path, glob, directory or
+    ``s3://`` prefix of recorded Parquet / JSON-lines files (or a list of those), or
+    ``{source: probability}`` mixing sources (see ``rltrainer.offline.input_reader``)."""
+    input_config: dict[str, Any] = Field(default_factory=dict)
+    """``{"format": "parquet" | "json"}``: read every input file as that format (default: by
+    each file's suffix, .parquet or .jsonl/.json)."""
+    shuffle_buffer_size: int = Field(0, ge=0)
+    """Rows of recorded episode pieces held to draw from at random (0: read in file order)."""
+    actions_in_input_normalized: bool = False
+    """Box actions in the input are already the policy's (normalized to [-1, 1], as rltrainer's
+    output writer records them); ``False``: they are in the env's units and get normalized."""
     output: str | None = None
     """Write every sampled batch to: ``None`` (nowhere), ``"logdir"`` (``<trial folder>/output``),
     a directory, or ``"s3://bucket/prefix"`` (see ``rltrainer.offline.output_writer``)."""
@@ -485,6 +506,8 @@ class AlgorithmConfig(BaseModel):
     _algo_class: type | None = PrivateAttr(default=None)
     # ``output`` as the driver resolved it ("logdir" -> <trial folder>/output), set by the algorithm.
     _output_path: str | None = PrivateAttr(default=None)
+    # ``input_`` with its files listed, set by the algorithm in the driver (resolve_input).
+    _input_sources: list[Any] | None = PrivateAttr(default=None)
     # Tune search spaces by field (``training(lr=tune.grid_search([...]))``): ``to_dict()`` hands
     # them to Tune; the field keeps its value until a trial's config resolves them.
     _search_space: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -564,6 +587,7 @@ class AlgorithmConfig(BaseModel):
             out["model"]["custom_model"] = object_path(self.model.custom_model)
         if "lambda_" in out:
             out["lambda"] = out.pop("lambda_")
+        out["input"] = out.pop("input_")  # the documents' key (``input_`` only in Python calls)
         out["framework"] = out.pop("framework_str")
         if isinstance(self.env, type):
             out["env"] = object_path(self.env)
@@ -688,6 +712,7 @@ class AlgorithmConfig(BaseModel):
             except ConfigError as err:
                 raise ConfigError(f"evaluation_config: {str(err).removeprefix('config(): ')}") from None
         _check_evaluation(self)
+        _check_offline(self)
 
     def get_rollout_fragment_length(self) -> int:
         """Steps per env per sample call, deriving "auto" from the train batch size."""
@@ -702,6 +727,22 @@ class AlgorithmConfig(BaseModel):
         if self.output == "logdir":
             return self._output_path
         return self._output_path or self.output
+
+    @property
+    def is_offline(self) -> bool:
+        """Whether ``input_`` reads recorded files (alone or mixed with the sampler)."""
+        from rltrainer.offline.input_reader import SAMPLER
+
+        return self.input_ not in (None, SAMPLER)
+
+    def get_input_sources(self) -> list[Any]:
+        """``input_`` as ``InputSource``s with their files listed (listed here if the algorithm
+        has not done it in the driver yet)."""
+        if self._input_sources is None:
+            from rltrainer.offline.input_reader import resolve_input
+
+            self._input_sources = resolve_input(self.input_, self.input_config, self.storage_options)
+        return self._input_sources
 
     def get_evaluation_config(self) -> AlgorithmConfig:
         """This config with ``evaluation_config`` applied (``env_config`` is merged into the
@@ -884,6 +925,21 @@ class AlgorithmConfig(BaseModel):
             raise ValueError("must be None, 'logdir', a directory or 's3://bucket/prefix', not empty")
         return output
 
+    @field_validator("input_", mode="before")
+    @classmethod
+    def _input(cls, input_: Any) -> Any:
+        from rltrainer.offline.input_reader import parse_input
+
+        parse_input(input_)
+        return input_
+
+    @field_validator("input_config")
+    @classmethod
+    def _input_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        from rltrainer.offline.input_reader import check_input_config
+
+        return check_input_config(config)
+
     @field_validator("output_config")
     @classmethod
     def _output_config(cls, config: dict[str, Any]) -> dict[str, Any]:
@@ -951,6 +1007,23 @@ def _check_evaluation(config: AlgorithmConfig) -> None:
         raise ConfigError(
             "evaluation_duration='auto' (evaluate as long as the training step runs) needs "
             "evaluation_parallel_to_training=True; otherwise give a number of episodes or timesteps"
+        )
+
+
+def _check_offline(config: AlgorithmConfig) -> None:
+    """What recorded input cannot be combined with (the files hold filtered, flattened rows)."""
+    if not config.is_offline:
+        return
+    if config.observation_filter != "NoFilter":
+        raise ConfigError(
+            f"offline_data(input_=...) reads observations as they were recorded, so "
+            f"observation_filter={config.observation_filter!r} cannot apply to them; set "
+            "observation_filter='NoFilter'"
+        )
+    if config.model.use_lstm:
+        raise ConfigError(
+            "offline_data(input_=...) does not feed recurrent policies (model.use_lstm=True): "
+            "recorded rows carry no LSTM states; train from input_='sampler' or without use_lstm"
         )
 
 

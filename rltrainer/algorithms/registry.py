@@ -23,6 +23,12 @@ ALGORITHMS: dict[str, Registered] = {
     "PPO": Registered("rltrainer.algorithms.ppo.ppo:PPO", "rltrainer.algorithms.ppo.ppo_config:PPOConfig"),
     "DQN": Registered("rltrainer.algorithms.dqn.dqn:DQN", "rltrainer.algorithms.dqn.dqn_config:DQNConfig"),
     "SAC": Registered("rltrainer.algorithms.sac.sac:SAC", "rltrainer.algorithms.sac.sac_config:SACConfig"),
+    "MARWIL": Registered(
+        "rltrainer.algorithms.marwil.marwil:MARWIL", "rltrainer.algorithms.marwil.marwil_config:MARWILConfig"
+    ),
+    "BC": Registered(
+        "rltrainer.algorithms.marwil.marwil:BC", "rltrainer.algorithms.marwil.marwil_config:BCConfig"
+    ),
     "DDPG": Registered(
         "rltrainer.algorithms.ddpg.ddpg:DDPG", "rltrainer.algorithms.ddpg.ddpg_config:DDPGConfig"
     ),

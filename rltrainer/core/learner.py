@@ -89,6 +89,20 @@ class Learner:
         """One update on a train batch; returns learner stats. Implemented by each algorithm."""
         raise NotImplementedError
 
+    def minibatches(self, data: Any, size: int, minibatch: int) -> list[Any]:
+        """``data`` (a NamedTuple of tensors with ``size`` rows; ``None`` columns stay ``None``)
+        in shuffled minibatches of ``minibatch`` rows (the rest of the rows left out), or as
+        itself when one minibatch holds it all (order does not matter then)."""
+        if minibatch >= size:
+            return [data]
+        order = torch.randperm(size, device=self.device)
+        return [
+            type(data)(
+                *(None if column is None else column[order[start : start + minibatch]] for column in data)
+            )
+            for start in range(0, size - minibatch + 1, minibatch)
+        ]
+
     def setup_data_parallel(self, init_method: str, rank: int, world_size: int) -> None:
         """Join the learners' process group; gradients are then averaged across learners (DDP).
 

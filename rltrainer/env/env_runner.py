@@ -36,6 +36,7 @@ from rltrainer.env.recurrent_sampling import RecurrentInputs
 from rltrainer.env.registry import RestartOnCrash, make_env, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
 from rltrainer.models.catalog import ModelCatalog
+from rltrainer.offline.input_reader import make_offline_input
 from rltrainer.offline.output_writer import make_output_writer
 from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.sample_batch import SampleBatch, written_columns
@@ -238,6 +239,8 @@ class EnvRunner:
         )
         self._seeded = False
         self.output_writer = make_output_writer(config, worker_index, self.num_envs)  # offline_data()
+        # offline_data(input_=...): recorded rows instead of (or mixed with) the envs' steps
+        self.offline_input = None if in_evaluation else make_offline_input(config, self)
         logger.debug("env runner %d: %d x %s, seed %s", worker_index, self.num_envs, config.env, config.seed)
         # Episode objects for callbacks, only when an episode hook is overridden (see EpisodeTracker).
         self._tracker: EpisodeTracker | None = None
@@ -256,6 +259,10 @@ class EnvRunner:
         """
         explore = self.config.explore if explore is None else explore
         steps = self.config.get_rollout_fragment_length()
+        if self.offline_input is not None:
+            recorded = self.offline_input.next(steps * self.num_envs)
+            if recorded is not None:
+                return recorded, []
         complete = self.config.batch_mode == "complete_episodes"
         failures = 0
         while True:

@@ -60,20 +60,7 @@ class PPOLearner(Learner):
         for epoch in range(cfg.num_epochs):
             # Diagnostics cost as much as the loss itself, so only the last epoch reports them.
             last_epoch = epoch == cfg.num_epochs - 1
-            if minibatch == size:  # one full-batch step: order doesn't matter, skip the shuffle
-                minibatches = [data]
-            else:
-                order = torch.randperm(size, device=self.device)
-                minibatches = [
-                    type(data)(
-                        *(
-                            None if column is None else column[order[start : start + minibatch]]
-                            for column in data
-                        )
-                    )
-                    for start in range(0, size - minibatch + 1, minibatch)
-                ]
-            for mb in minibatches:
+            for mb in self.minibatches(data, size, minibatch):
                 loss, mb_stats = self.compute_loss(mb, last_epoch)
                 if not self.loss_is_finite(loss, lambda mb=mb: self.loss_terms(mb)):
                     continue  # on_nonfinite="skip_batch"
@@ -96,6 +83,11 @@ class PPOLearner(Learner):
         result["cur_kl_coeff"] = self.kl_coeff
         return result
 
+    @property
+    def gae_lambda(self) -> float:
+        """GAE's lambda (1 without ``use_gae``: discounted returns minus the baseline)."""
+        return self.config.lambda_ if self.config.use_gae else 1.0
+
     @torch.no_grad()
     def build_batch(self, rollouts: list[Rollout]) -> PPOBatch | RecurrentPPOBatch:
         """Values of every observation in one batched forward pass, GAE, then valid steps flattened.
@@ -117,7 +109,7 @@ class PPOLearner(Learner):
                 dones=(rollout.terminateds | rollout.truncateds).astype(np.float32),
                 last_values=values[horizon * num_envs :],
                 gamma=self.config.gamma,
-                lambda_=self.config.lambda_ if self.config.use_gae else 1.0,
+                lambda_=self.gae_lambda,
             )
             valid = rollout.valid
             parts.append(
@@ -145,7 +137,7 @@ class PPOLearner(Learner):
                 dones=(rollout.terminateds | rollout.truncateds).astype(np.float32),
                 last_values=rec.last_vf_preds,
                 gamma=self.config.gamma,
-                lambda_=self.config.lambda_ if self.config.use_gae else 1.0,
+                lambda_=self.gae_lambda,
             )
             parts.append(sequence_batch(rollout, advantages, value_targets, self.config.model.max_seq_len))
         return concatenate(parts)
