@@ -231,6 +231,41 @@ class Policy:
             fetches["vf_preds"] = out["vf_preds"] if "vf_preds" in out else self.compute_values(flat_obs)
         return fetches
 
+    @classmethod
+    def from_checkpoint(cls, checkpoint_path: Any, storage_options: dict[str, Any] | None = None) -> Policy:
+        """A checkpoint's policy, from the checkpoint alone (no env, learner or Ray): the
+        algorithm's policy class with the checkpoint's config, spaces and weights, and its
+        observation filter as ``observation_filter``. ``checkpoint_path``: a folder, an
+        ``s3://`` URI (``storage_options`` as the config's) or a Tune checkpoint."""
+        from rltrainer.algorithms.registry import get_algorithm_class
+        from rltrainer.checkpoint_store import checkpoint_uri, open_checkpoint
+        from rltrainer.core.filters import make_filter
+        from rltrainer.env.spaces import space_from_json
+        from rltrainer.errors import CheckpointError
+
+        path = checkpoint_uri(checkpoint_path)
+        with open_checkpoint(path, storage_options) as checkpoint:
+            meta = checkpoint.metadata
+            algo_class = get_algorithm_class(meta["algorithm"])
+            try:
+                config = algo_class.config_class.from_dict(meta["config"])
+            except ConfigError as err:
+                raise CheckpointError(f"checkpoint {path!r} has an invalid config: {err}") from None
+            spaces_ = (space_from_json(meta["observation_space"]), space_from_json(meta["action_space"]))
+            policy = config.get_policy_class()(*spaces_, config)
+            if not issubclass(type(policy), cls):
+                raise CheckpointError(f"{path!r} holds a {type(policy).__name__}, not a {cls.__name__}")
+            try:
+                policy.set_weights(checkpoint.tensors("policy.safetensors"))
+            except RuntimeError as err:  # load_state_dict: missing keys or other shapes
+                raise CheckpointError(
+                    f"checkpoint {path!r}: its weights do not fit its config ({err})"
+                ) from None
+            observation_filter = make_filter(config.observation_filter, policy.preprocessor.size)
+            observation_filter.set_state(checkpoint.arrays("filter.npz"))
+            policy.observation_filter = observation_filter
+        return policy
+
     # --- inference -------------------------------------------------------------------
     def policy_action_space(self) -> spaces.Space:
         """The space the distribution's actions live in: [-1, 1] for normalized Box actions."""

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from rltrainer.algorithms.registry import ALGORITHMS
 from rltrainer.cli import ProgressReporter, build_parser, main
 from rltrainer.errors import ConfigError
 from rltrainer.experiment import INTERRUPTED, reached_stop, resolve_stop, run_experiment
@@ -310,7 +311,7 @@ CARTPOLE = ("--algo", "PPO", "--env", "CartPole-v1")
 USER_ERRORS = {
     "unknown algo": (
         _train("--algo", "DQNX", "--env", "CartPole-v1"),
-        ["unknown algorithm 'DQNX'", "available: DDPG, DQN, PPO, SAC, TD3"],
+        ["unknown algorithm 'DQNX'", f"available: {', '.join(sorted(ALGORITHMS))}"],
     ),
     "unknown env": (
         _train("--algo", "PPO", "--env", "NoSuchEnv-v0"),

@@ -588,6 +588,8 @@ class AlgorithmConfig(BaseModel):
         if "lambda_" in out:
             out["lambda"] = out.pop("lambda_")
         out["input"] = out.pop("input_")  # the documents' key (``input_`` only in Python calls)
+        if callable(self.input_):  # a function of the IOContext (e.g. making a PolicyServerInput)
+            out["input"] = object_path(self.input_)
         out["framework"] = out.pop("framework_str")
         if isinstance(self.env, type):
             out["env"] = object_path(self.env)
@@ -696,8 +698,11 @@ class AlgorithmConfig(BaseModel):
                 f'this config with tune.Tuner("{self.ALGORITHM or "PPO"}", param_space=config) or '
                 "`rltrainer train`, which runs a sweep"
             )
-        if self.env is None:
-            raise ConfigError("no env set: call .environment('CartPole-v1') (or another env)")
+        if self.env is None and not self.trains_without_env:
+            raise ConfigError(
+                "no env set: call .environment('CartPole-v1') (or another env); a config that only "
+                "reads offline_data(input_=...) may set env=None with observation_space and action_space"
+            )
         if isinstance(self.lr, list):
             _check_schedule("lr", self.lr)
         if self.evaluation_config:
@@ -730,10 +735,19 @@ class AlgorithmConfig(BaseModel):
 
     @property
     def is_offline(self) -> bool:
-        """Whether ``input_`` reads recorded files (alone or mixed with the sampler)."""
+        """Whether training batches come from ``input_`` (files, a policy server, a function)
+        rather than, or as well as, the envs."""
         from rltrainer.offline.input_reader import SAMPLER
 
-        return self.input_ not in (None, SAMPLER)
+        return not isinstance(self.input_, str) or self.input_ != SAMPLER
+
+    @property
+    def trains_without_env(self) -> bool:
+        """``input_`` has no ``"sampler"`` source and the spaces are given: no env is needed."""
+        from rltrainer.offline.input_reader import SAMPLER, parse_input
+
+        sampled = any(isinstance(s, str) and s == SAMPLER for s, _ in parse_input(self.input_))
+        return not sampled and self.observation_space is not None and self.action_space is not None
 
     def get_input_sources(self) -> list[Any]:
         """``input_`` as ``InputSource``s with their files listed (listed here if the algorithm
@@ -1011,10 +1025,20 @@ def _check_evaluation(config: AlgorithmConfig) -> None:
 
 
 def _check_offline(config: AlgorithmConfig) -> None:
-    """What recorded input cannot be combined with (the files hold filtered, flattened rows)."""
+    """What offline input cannot be combined with (files hold filtered, flattened rows)."""
+    from rltrainer.offline.input_reader import SAMPLER, SERVER, parse_input
+
     if not config.is_offline:
         return
-    if config.observation_filter != "NoFilter":
+    if config.env is None and config.evaluation_interval:
+        raise ConfigError(
+            "evaluation runs episodes in an env, and this config has none (env=None): set "
+            ".environment(ENV) or evaluation_interval=None"
+        )
+    files = [
+        s for s, _ in parse_input(config.input_) if isinstance(s, str | list) and s not in (SAMPLER, SERVER)
+    ]
+    if files and config.observation_filter != "NoFilter":
         raise ConfigError(
             f"offline_data(input_=...) reads observations as they were recorded, so "
             f"observation_filter={config.observation_filter!r} cannot apply to them; set "

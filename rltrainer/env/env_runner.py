@@ -17,6 +17,7 @@ import os
 import traceback
 import weakref
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -210,7 +211,12 @@ class EnvRunner:
             raise
         except ValueError as err:
             raise EnvError(f"env {config.env!r}: {err}") from None
-        if worker_index == 0 and not in_evaluation and not config.disable_env_checking:
+        if (
+            worker_index == 0
+            and not in_evaluation
+            and not config.disable_env_checking
+            and config.env is not None
+        ):
             self._check_env()  # once, in the driver, before any runner samples (spaces known good)
         self.policy.exploration.set_worker(worker_index, num_workers)
         self.policy.set_device(inference_device(config, worker_index))
@@ -239,6 +245,8 @@ class EnvRunner:
         )
         self._seeded = False
         self.output_writer = make_output_writer(config, worker_index, self.num_envs)  # offline_data()
+        # Held while the policy's weights change: a policy server's request threads act with them.
+        self.inference_lock: Any = nullcontext()
         # offline_data(input_=...): recorded rows instead of (or mixed with) the envs' steps
         self.offline_input = None if in_evaluation else make_offline_input(config, self)
         logger.debug("env runner %d: %d x %s, seed %s", worker_index, self.num_envs, config.env, config.seed)
@@ -262,7 +270,7 @@ class EnvRunner:
         if self.offline_input is not None:
             recorded = self.offline_input.next(steps * self.num_envs)
             if recorded is not None:
-                return recorded, []
+                return recorded
         complete = self.config.batch_mode == "complete_episodes"
         failures = 0
         while True:
@@ -326,6 +334,12 @@ class EnvRunner:
                 env.close()
 
     def _make_envs(self) -> gym.vector.VectorEnv:
+        if self.config.env is None:  # trains from input_ only (the config checked the spaces)
+            from rltrainer.env.no_env import NoEnv
+
+            return NoEnv(
+                self.config.observation_space, self.config.action_space, self.config.num_envs_per_env_runner
+            )
         per_env = overrides(self.callbacks, "on_sub_environment_created")
         try:
             env = make_vector_env(
@@ -631,7 +645,8 @@ class EnvRunner:
         return self.policy.get_weights()
 
     def set_weights(self, weights: dict[str, Any]) -> None:
-        self.policy.set_weights(weights)
+        with self.inference_lock:
+            self.policy.set_weights(weights)
 
     def set_global_timestep(self, timestep: int) -> None:
         """The algorithm's env-step count, which exploration schedules follow."""
@@ -699,6 +714,8 @@ class EnvRunner:
             env.set_task(task)
 
     def stop(self) -> None:
+        if self.offline_input is not None:
+            self.offline_input.stop()  # a policy server's socket
         if self.output_writer is not None:
             self.output_writer.close()  # its last file gets its name (or is uploaded)
         self.env.close()

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rltrainer.errors import InputError
+from rltrainer.errors import ConfigError, InputError
 from rltrainer.storage import StorageError, is_remote, open_storage
 
 logger = logging.getLogger(__name__)
@@ -50,23 +50,42 @@ SAMPLER = "sampler"
 #: File suffix -> format (``input_config={"format": ...}`` reads any file as that format).
 INPUT_SUFFIXES: dict[str, str] = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 INPUT_FORMATS = ("parquet", "json")
-#: Every key ``input_config`` may hold.
+#: The keys ``input_config`` may hold for files (a policy server's: ``SERVER_CONFIG_DEFAULTS``).
 INPUT_CONFIG_KEYS = ("format",)
 REQUIRED_COLUMNS = ("obs", "new_obs", "actions", "rewards", "terminateds")
 _GLOB_CHARS = "*?["
 
 
+SERVER = "server"
+
+
 @dataclass(frozen=True)
 class InputSource:
-    """One source of ``input_``: the sampler (``files`` empty) or recorded files."""
+    """One source of ``input_``: the sampler, recorded files, a policy server, or a function of
+    the ``IOContext`` that makes a reader (RLlib's ``input_=lambda ioctx: ...``)."""
 
     name: str  # as the user wrote it (for messages)
     probability: float
     files: tuple[str, ...] = ()
+    make_reader: Any = None  # a callable source
 
     @property
     def is_sampler(self) -> bool:
-        return not self.files
+        return self.name == SAMPLER and self.make_reader is None
+
+    @property
+    def is_server(self) -> bool:
+        return self.name == SERVER and self.make_reader is None
+
+
+@dataclass
+class IOContext:
+    """What an ``input_`` function gets (RLlib's ``IOContext``): the env runner it reads for."""
+
+    log_dir: str | None
+    config: Any
+    worker_index: int
+    worker: Any
 
 
 # --- config ---------------------------------------------------------------------------
@@ -75,6 +94,8 @@ def parse_input(input_: Any) -> list[tuple[Any, float]]:
     paths); raises ``ValueError`` saying what is allowed."""
     if input_ is None:
         return [(SAMPLER, 1.0)]
+    if callable(input_):
+        return [(input_, 1.0)]
     if isinstance(input_, str | list):
         _check_paths(input_)
         return [(input_, 1.0)]
@@ -110,15 +131,18 @@ def _check_paths(source: str | list[Any]) -> None:
     for path in paths:
         if not isinstance(path, str) or not path.strip():
             raise ValueError(f"input paths must be non-empty strings, got {path!r}")
-        if isinstance(source, list) and path == SAMPLER:
-            raise ValueError("'sampler' cannot be one of a list of paths; use {'sampler': p, PATH: 1 - p}")
+        if isinstance(source, list) and path in (SAMPLER, SERVER):
+            raise ValueError(f"{path!r} cannot be one of a list of paths; use {{{path!r}: p, PATH: 1 - p}}")
 
 
 def check_input_config(config: dict[str, Any]) -> dict[str, Any]:
     """Raise ``ValueError`` naming an unknown key or format; returns ``config``."""
-    unknown = sorted(set(config) - set(INPUT_CONFIG_KEYS))
+    from rltrainer.offline.policy_server import SERVER_CONFIG_DEFAULTS
+
+    unknown = sorted(set(config) - set(INPUT_CONFIG_KEYS) - set(SERVER_CONFIG_DEFAULTS))
     if unknown:
-        raise ValueError(f"unknown key(s) {unknown}; allowed: {', '.join(INPUT_CONFIG_KEYS)}")
+        allowed = ", ".join((*INPUT_CONFIG_KEYS, *SERVER_CONFIG_DEFAULTS))
+        raise ValueError(f"unknown key(s) {unknown}; allowed: {allowed}")
     fmt = config.get("format")
     if fmt is not None and fmt not in INPUT_FORMATS:
         raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(INPUT_FORMATS)}")
@@ -133,8 +157,12 @@ def resolve_input(
     fmt = input_config.get("format")
     sources = []
     for source, probability in parse_input(input_):
-        if source == SAMPLER:
-            sources.append(InputSource(SAMPLER, probability))
+        if callable(source):
+            name = getattr(source, "__qualname__", repr(source))
+            sources.append(InputSource(name, probability, make_reader=source))
+            continue
+        if source in (SAMPLER, SERVER):
+            sources.append(InputSource(source, probability))
             continue
         files: list[str] = []
         for pattern in source if isinstance(source, list) else [source]:
@@ -377,8 +405,9 @@ class RowLayout:
 
 
 # --- reading ----------------------------------------------------------------------------
-class _Piece:
-    """Consecutive rows ``start:stop`` of one episode in one loaded file."""
+class Piece:
+    """Consecutive rows ``start:stop`` of one episode in ``columns`` (a loaded file's, or a
+    policy server episode's)."""
 
     __slots__ = ("columns", "start", "stop")
 
@@ -389,7 +418,7 @@ class _Piece:
         return self.stop - self.start
 
 
-def episode_pieces(columns: dict[str, np.ndarray]) -> list[_Piece]:
+def episode_pieces(columns: dict[str, np.ndarray]) -> list[Piece]:
     """A file's rows ordered by episode and step (stable: rows keep their order otherwise),
     cut into pieces at episode ends, episode-id changes and gaps in ``t``."""
     rows = len(columns["rewards"])
@@ -409,7 +438,39 @@ def episode_pieces(columns: dict[str, np.ndarray]) -> list[_Piece]:
     if "t" in columns:
         starts[1:] |= columns["t"][1:] != columns["t"][:-1] + 1
     bounds = np.append(np.flatnonzero(starts), rows)
-    return [_Piece(columns, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [Piece(columns, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def rollout_from_pieces(pieces: list[Piece]) -> Any:
+    """A ``[T, 1]`` ``Rollout`` of episode pieces, laid out as a next-step-autoreset env: each
+    piece's rows, then (but after the last piece) a reset row holding its final observation; a
+    piece that does not end its episode ends ``truncated``."""
+    from rltrainer.env.env_runner import Rollout
+
+    parts: dict[str, list[np.ndarray]] = {
+        name: []
+        for name in ("obs", "actions", "action_logp", "rewards", "terminateds", "truncateds", "valid")
+    }
+    for index, piece in enumerate(pieces):
+        columns, rows = piece.columns, slice(piece.start, piece.stop)
+        terminateds = columns["terminateds"][rows]
+        truncateds = columns["truncateds"][rows].copy()
+        truncateds[-1] |= not terminateds[-1]  # a piece cut short bootstraps from its last new_obs
+        for name in ("obs", "actions", "action_logp", "rewards"):
+            parts[name].append(columns[name][rows])
+        parts["terminateds"].append(terminateds)
+        parts["truncateds"].append(truncateds)
+        parts["valid"].append(np.ones(len(piece), dtype=bool))
+        if index < len(pieces) - 1:  # the reset row: its observation is the piece's final one
+            parts["obs"].append(columns["new_obs"][piece.stop - 1 : piece.stop])
+            parts["actions"].append(np.zeros_like(columns["actions"][:1]))
+            for name in ("action_logp", "rewards"):
+                parts[name].append(np.zeros(1, dtype=np.float32))
+            for name in ("terminateds", "truncateds", "valid"):
+                parts[name].append(np.zeros(1, dtype=bool))
+    batch = {name: np.concatenate(values)[:, None] for name, values in parts.items()}
+    last = pieces[-1]
+    return Rollout(**batch, last_obs=last.columns["new_obs"][last.stop - 1 : last.stop])
 
 
 class InputReader:
@@ -439,25 +500,25 @@ class InputReader:
         self.rng = np.random.default_rng(None if seed is None else [seed, worker_index])
         self._order: list[str] = []
         self._start = worker_index  # runners begin at different files
-        self._pieces: deque[_Piece] = deque()
+        self._pieces: deque[Piece] = deque()
         self._buffered = 0  # rows in self._pieces
         self._empty_passes = 0
         self.rows_read = 0
 
     def next(self, num_rows: int) -> Any:
         """A ``Rollout`` holding ``num_rows`` valid rows."""
-        taken: list[_Piece] = []
+        taken: list[Piece] = []
         need = num_rows
         while need > 0:
             self._fill(need)
             piece = self._take()
             if len(piece) > need:  # the rest goes back for a later batch
-                self._give_back(_Piece(piece.columns, piece.start + need, piece.stop))
-                piece = _Piece(piece.columns, piece.start, piece.start + need)
+                self._give_back(Piece(piece.columns, piece.start + need, piece.stop))
+                piece = Piece(piece.columns, piece.start, piece.start + need)
             taken.append(piece)
             need -= len(piece)
         self.rows_read += num_rows
-        return self._rollout(taken)
+        return rollout_from_pieces(taken)
 
     def _fill(self, need: int) -> None:
         while self._buffered < max(need, self.shuffle_buffer_size, 1):
@@ -480,7 +541,7 @@ class InputReader:
         start = self._start % len(self.files)
         return self.files[start:] + self.files[:start]
 
-    def _take(self) -> _Piece:
+    def _take(self) -> Piece:
         if self.shuffle_buffer_size > 0:  # a random piece: swap it to the end and pop
             index = int(self.rng.integers(len(self._pieces)))
             self._pieces[index], self._pieces[-1] = self._pieces[-1], self._pieces[index]
@@ -490,57 +551,43 @@ class InputReader:
         self._buffered -= len(piece)
         return piece
 
-    def _give_back(self, piece: _Piece) -> None:
+    def _give_back(self, piece: Piece) -> None:
         self._pieces.appendleft(piece)
         self._buffered += len(piece)
-
-    def _rollout(self, pieces: list[_Piece]) -> Any:
-        from rltrainer.env.env_runner import Rollout
-
-        parts: dict[str, list[np.ndarray]] = {
-            name: []
-            for name in ("obs", "actions", "action_logp", "rewards", "terminateds", "truncateds", "valid")
-        }
-        for index, piece in enumerate(pieces):
-            columns, rows = piece.columns, slice(piece.start, piece.stop)
-            terminateds = columns["terminateds"][rows]
-            truncateds = columns["truncateds"][rows].copy()
-            truncateds[-1] |= not terminateds[-1]  # a piece cut short bootstraps from its last new_obs
-            for name in ("obs", "actions", "action_logp", "rewards"):
-                parts[name].append(columns[name][rows])
-            parts["terminateds"].append(terminateds)
-            parts["truncateds"].append(truncateds)
-            parts["valid"].append(np.ones(len(piece), dtype=bool))
-            if index < len(pieces) - 1:  # the reset row: its observation is the piece's final one
-                final = columns["new_obs"][piece.stop - 1 : piece.stop]
-                parts["obs"].append(final)
-                parts["actions"].append(np.zeros_like(columns["actions"][:1]))
-                for name, dtype in (("action_logp", np.float32), ("rewards", np.float32)):
-                    parts[name].append(np.zeros(1, dtype=dtype))
-                for name in ("terminateds", "truncateds", "valid"):
-                    parts[name].append(np.zeros(1, dtype=bool))
-        batch = {name: np.concatenate(values)[:, None] for name, values in parts.items()}
-        last = pieces[-1]
-        last_obs = last.columns["new_obs"][last.stop - 1 : last.stop]
-        return Rollout(**batch, last_obs=last_obs)
 
 
 class OfflineInput:
     """An env runner's ``input_``: which source each fragment comes from, and their readers."""
 
-    def __init__(
-        self, sources: list[InputSource], make_reader: Callable[[InputSource], InputReader], seed: Any
-    ):
+    def __init__(self, sources: list[InputSource], make_reader: Callable[[InputSource], Any], seed: Any):
         self.sources = sources
-        self.readers = [None if s.is_sampler else make_reader(s) for s in sources]
+        self.readers: list[Any] = []
+        try:
+            for source in sources:
+                self.readers.append(None if source.is_sampler else make_reader(source))
+        except BaseException:
+            self.stop()
+            raise
         self.probabilities = np.array([s.probability for s in sources])
         self.rng = np.random.default_rng(seed)
 
-    def next(self, num_rows: int) -> Any:
-        """A rollout of ``num_rows`` recorded rows, or ``None``: sample this fragment from the envs."""
+    def next(self, num_rows: int) -> tuple[Any, list[Any]] | None:
+        """``(rollout, ended episodes)`` of ``num_rows`` rows from a reader (a policy server also
+        reports the episodes its clients ended), or ``None``: sample this fragment from the envs."""
         index = 0 if len(self.sources) == 1 else int(self.rng.choice(len(self.sources), p=self.probabilities))
         reader = self.readers[index]
-        return None if reader is None else reader.next(num_rows)
+        if reader is None:
+            return None
+        rollout = reader.next(num_rows)
+        pop = getattr(reader, "pop_episodes", None)
+        return rollout, (pop() if pop is not None else [])
+
+    def stop(self) -> None:
+        """Stop the readers that hold something (a policy server's socket and thread)."""
+        for reader in self.readers:
+            stop = getattr(reader, "stop", None)
+            if stop is not None:
+                stop()
 
 
 def make_offline_input(config: Any, runner: Any) -> OfflineInput | None:
@@ -548,6 +595,8 @@ def make_offline_input(config: Any, runner: Any) -> OfflineInput | None:
     sources = config.get_input_sources()
     if all(source.is_sampler for source in sources):
         return None
+    if runner.worker_index == 0 and config.num_env_runners > 0:
+        return None  # the remote runners sample (and serve, each on its own port); the driver's does not
     policy = runner.policy
     normalize = (
         isinstance(runner.action_space, spaces.Box)
@@ -564,7 +613,20 @@ def make_offline_input(config: Any, runner: Any) -> OfflineInput | None:
     )
     seed = None if config.seed is None else [config.seed, runner.worker_index, 1]
 
-    def make_reader(source: InputSource) -> InputReader:
+    def make_reader(source: InputSource) -> Any:
+        if source.is_server:
+            from rltrainer.offline.policy_server import serve_runner
+
+            return serve_runner(runner, config.input_config)
+        if source.make_reader is not None:
+            ioctx = IOContext(config.get_output_path(), config, runner.worker_index, runner)
+            reader = source.make_reader(ioctx)
+            if not callable(getattr(reader, "next", None)):
+                raise ConfigError(
+                    f"offline_data(): input_ function {source.name!r} returned {type(reader).__name__}, "
+                    "which has no next(num_rows) returning a Rollout (e.g. PolicyServerInput)"
+                )
+            return reader
         return InputReader(
             source.files,
             layout,
@@ -581,6 +643,8 @@ def make_offline_input(config: Any, runner: Any) -> OfflineInput | None:
 __all__ = [
     "INPUT_SUFFIXES",
     "SAMPLER",
+    "SERVER",
+    "IOContext",
     "InputReader",
     "InputSource",
     "OfflineInput",
