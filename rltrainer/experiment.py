@@ -98,7 +98,8 @@ def resolve_stop(stop: dict[str, Any], keys_of: type[Algorithm] | type[Algorithm
     for key, value in stop.items():
         name = str(key) if str(key) in allowed else canonical_stop_key(str(key))
         # Callbacks' metrics are named by the user: any custom_metrics/... key may stop a run.
-        if name not in allowed and not name.startswith(("custom_metrics/", "evaluation/custom_metrics/")):
+        named_by_user = ("custom_metrics/", "evaluation/custom_metrics/", "evaluation/off_policy_estimator/")
+        if name not in allowed and not name.startswith(named_by_user):
             raise ConfigError(
                 f"unknown stop key {key!r}; allowed: {', '.join(allowed)}, "
                 "or custom_metrics/<name>_mean|_min|_max"

@@ -462,3 +462,34 @@ class WrongShapeEnv(FixedLengthEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed, options=options)
         return np.zeros(4, np.float32), {}
+
+
+class NameTheSideEnv(gym.Env):
+    """Observation: a side (``[1, 0]`` or ``[0, 1]``, at random each step, with a little noise)
+    and the time left (``(5 - t) / 5``); reward 1 for naming the side (0 or 1), 5 steps. A uniform
+    policy returns 2.5 on average, the best 5 (a contextual bandit with a horizon: short
+    episodes for off-policy estimation, whose Q function the observation determines)."""
+
+    observation_space = spaces.Box(-1.0, 2.0, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, config: dict | None = None) -> None:  # noqa: ARG002
+        self.t, self.side = 0, 0
+
+    def _obs(self) -> np.ndarray:
+        self.side = int(self.np_random.integers(2))
+        obs = np.zeros(3, np.float32)
+        obs[self.side] = 1.0
+        obs[:2] += self.np_random.normal(0, 0.05, 2).astype(np.float32)
+        obs[2] = (5 - self.t) / 5
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:  # noqa: ARG002
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        reward = float(int(action) == self.side)
+        self.t += 1
+        return self._obs(), reward, self.t >= 5, False, {}

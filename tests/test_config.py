@@ -87,6 +87,10 @@ VALID_VALUES = {
     "output_config": {"format": "json"},
     "output_max_file_size": 1024,
     "input_": {"sampler": 0.25, "recorded/": 0.75},
+    "off_policy_estimation_methods": {
+        "is": {"type": "is"},
+        "dr": {"type": "dr", "q_model_config": {"n_iters": 5}},
+    },
     "input_config": {"format": "json"},
     "shuffle_buffer_size": 1000,
     "actions_in_input_normalized": True,

@@ -69,6 +69,9 @@ _ENV_ENDS = "episodes end when the env ends them (terminated or truncated; trunc
 #: Settings of RLlib's documents that have no field here, because rltrainer always behaves one
 #: way: that value is accepted (nothing to set); any other is refused, saying why and what to
 #: use instead (never accepted and silently ignored).
+#: ``environment()``'s default: the env is left as it is (``None`` sets no env, as in RLlib).
+NOT_PROVIDED: Any = object()
+
 DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
     "create_env_on_driver": (True, "the driver always creates its own env runner's envs"),
     "eager_tracing": (False, "it is a TensorFlow setting and rltrainer is torch only"),
@@ -219,6 +222,7 @@ class AlgorithmConfig(BaseModel):
             "evaluation_interval",
             "evaluation_duration",
             "evaluation_duration_unit",
+            "off_policy_estimation_methods",
             "evaluation_sample_timeout_s",
             "evaluation_parallel_to_training",
             "evaluation_force_reset_envs_before_iteration",
@@ -346,6 +350,11 @@ class AlgorithmConfig(BaseModel):
     the training step runs."""
     evaluation_duration_unit: Literal["episodes", "timesteps"] = "episodes"
     """Unit of ``evaluation_duration``."""
+    off_policy_estimation_methods: dict[str, Any] = Field(default_factory=dict)
+    """``{name: {"type": "is" | "wis" | "dm" | "dr", "q_model_config": {...}}}``: estimate the
+    current policy's return from recorded episodes at each evaluation (``evaluation_duration``
+    of them), reported under ``evaluation/off_policy_estimator/<name>/`` (see
+    ``rltrainer.offline.estimators``)."""
     evaluation_sample_timeout_s: float = Field(120.0, gt=0)
     """How long to wait for remote evaluation runners' samples: a runner that misses it is
     handled per the fault-tolerance settings and the evaluation ends with what arrived."""
@@ -517,9 +526,10 @@ class AlgorithmConfig(BaseModel):
         self._algo_class = algo_class
 
     # --- builder methods -----------------------------------------------------------
-    def environment(self, env: Any = None, **kwargs: Any) -> AlgorithmConfig:
-        """Which env to train on and how its observations, actions and rewards are treated."""
-        if env is not None:
+    def environment(self, env: Any = NOT_PROVIDED, **kwargs: Any) -> AlgorithmConfig:
+        """Which env to train on and how its observations, actions and rewards are treated
+        (``env=None``: none, for configs that only read ``offline_data(input_=...)``)."""
+        if env is not NOT_PROVIDED:
             kwargs["env"] = env
         return self._update("environment", kwargs)
 
@@ -800,6 +810,8 @@ class AlgorithmConfig(BaseModel):
                 self._set_search_space(section, key, value, allowed)
                 continue
             self._search_space.pop(key, None)
+            if key in ("input_", "input_config"):
+                self._input_sources = None  # listed again from the new setting
             if key == "model":
                 value = self._merged_model(value)
             if key == "exploration_config":
@@ -947,6 +959,13 @@ class AlgorithmConfig(BaseModel):
         parse_input(input_)
         return input_
 
+    @field_validator("off_policy_estimation_methods")
+    @classmethod
+    def _estimators(cls, methods: dict[str, Any]) -> dict[str, Any]:
+        from rltrainer.offline.estimators import check_estimators
+
+        return check_estimators(methods)
+
     @field_validator("input_config")
     @classmethod
     def _input_config(cls, config: dict[str, Any]) -> dict[str, Any]:
@@ -1028,12 +1047,18 @@ def _check_offline(config: AlgorithmConfig) -> None:
     """What offline input cannot be combined with (files hold filtered, flattened rows)."""
     from rltrainer.offline.input_reader import SAMPLER, SERVER, parse_input
 
+    if config.off_policy_estimation_methods and not _recorded_input(config):
+        raise ConfigError(
+            "off_policy_estimation_methods estimate from recorded episodes: set "
+            "offline_data(input_=PATH) or evaluation_config={'input_': PATH}"
+        )
     if not config.is_offline:
         return
-    if config.env is None and config.evaluation_interval:
+    if config.env is None and config.evaluation_interval and not config.off_policy_estimation_methods:
         raise ConfigError(
             "evaluation runs episodes in an env, and this config has none (env=None): set "
-            ".environment(ENV) or evaluation_interval=None"
+            ".environment(ENV), off_policy_estimation_methods (estimates from recorded episodes), "
+            "or evaluation_interval=None"
         )
     files = [
         s for s, _ in parse_input(config.input_) if isinstance(s, str | list) and s not in (SAMPLER, SERVER)
@@ -1049,6 +1074,20 @@ def _check_offline(config: AlgorithmConfig) -> None:
             "offline_data(input_=...) does not feed recurrent policies (model.use_lstm=True): "
             "recorded rows carry no LSTM states; train from input_='sampler' or without use_lstm"
         )
+
+
+def _recorded_input(config: AlgorithmConfig) -> bool:
+    """Whether the training or the evaluation ``input_`` names recorded files."""
+    from rltrainer.offline.input_reader import SAMPLER, SERVER, parse_input
+
+    overrides = config.evaluation_config or {}
+    inputs = [config.input_, overrides.get("input_", overrides.get("input"))]
+    return any(
+        isinstance(source, str | list) and source not in (SAMPLER, SERVER)
+        for input_ in inputs
+        if input_ is not None
+        for source, _ in parse_input(input_)
+    )
 
 
 def _check_schedule(name: str, schedule: PiecewiseSchedule) -> None:

@@ -58,6 +58,11 @@ class Evaluation:
         self._group: EnvRunnerGroup | None = None
         if self.config.evaluation_num_env_runners > 0:  # actors start with the algorithm
             self._group = self._make_group()
+        self.estimation = None  # off_policy_estimation_methods, on recorded episodes
+        if self.config.off_policy_estimation_methods:
+            from rltrainer.offline.estimators import OffPolicyEstimation
+
+            self.estimation = OffPolicyEstimation(algo)
 
     @property
     def group(self) -> EnvRunnerGroup:
@@ -109,6 +114,10 @@ class Evaluation:
         ``parallel_train_future``: the training step running meanwhile (its ``done()`` ends an
         ``"auto"`` evaluation); the weights were synced before it started.
         """
+        if self.config.env is None:  # no env to run episodes in: only the estimates
+            metrics = self._summarize([], 0)
+            metrics["off_policy_estimator"] = self.estimation.run()
+            return metrics
         if parallel_train_future is None:
             self.sync()
         group = self.group
@@ -118,6 +127,8 @@ class Evaluation:
             metrics = self._run_local(group.local_worker())
         else:
             metrics = self._run_remote(group, parallel_train_future)
+        if self.estimation is not None:
+            metrics["off_policy_estimator"] = self.estimation.run()
         metrics.setdefault("num_healthy_env_runners", sum(r is not None for r in group.remote_workers))
         metrics.setdefault("num_env_runner_restarts", group.num_restarts)
         return metrics
