@@ -149,6 +149,14 @@ class EpisodeSource:
             episodes.append(self._queue.pop(0))
         return episodes
 
+    def read_all(self) -> list[Episode]:
+        """Every complete episode of one pass over the files."""
+        for uri in self.files:
+            self._read(uri)
+            self._next_file += 1
+        episodes, self._queue = self._queue, []
+        return episodes
+
     def _read(self, uri: str) -> int:
         columns = self.load(uri)
         if self._next_file % len(self.files) == 0:

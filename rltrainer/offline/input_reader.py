@@ -57,6 +57,7 @@ _GLOB_CHARS = "*?["
 
 
 SERVER = "server"
+MINARI_PREFIX = "minari:"
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,13 @@ class InputSource:
     @property
     def is_server(self) -> bool:
         return self.name == SERVER and self.make_reader is None
+
+    @property
+    def minari_dataset(self) -> str | None:
+        """The id of the local Minari dataset this source reads (``input_="minari:<id>"``)."""
+        if self.make_reader is None and self.name.startswith(MINARI_PREFIX):
+            return self.name.removeprefix(MINARI_PREFIX)
+        return None
 
 
 @dataclass
@@ -162,6 +170,12 @@ def resolve_input(
             sources.append(InputSource(name, probability, make_reader=source))
             continue
         if source in (SAMPLER, SERVER):
+            sources.append(InputSource(source, probability))
+            continue
+        if isinstance(source, str) and source.startswith(MINARI_PREFIX):
+            from rltrainer.offline.minari_data import check_dataset
+
+            check_dataset(source.removeprefix(MINARI_PREFIX))
             sources.append(InputSource(source, probability))
             continue
         files: list[str] = []
@@ -525,7 +539,7 @@ class InputReader:
             if not self._order:
                 self._order = self._next_pass()
             uri = self._order.pop(0)
-            columns = check_columns(load_file(uri, self.fmt, self.storage_options), uri, self.layout)
+            columns = self.load(uri)
             columns["rewards"] = self.layout.clip_rewards(columns["rewards"])
             pieces = episode_pieces(columns)
             self._empty_passes = 0 if pieces else self._empty_passes + 1
@@ -534,6 +548,10 @@ class InputReader:
             self._pieces.extend(pieces)
             self._buffered += sum(len(p) for p in pieces)
             logger.debug("offline input: read %d rows from %s", int(sum(len(p) for p in pieces)), uri)
+
+    def load(self, uri: str) -> dict[str, np.ndarray]:
+        """One item's rows as checked columns (here a file; ``MinariReader``: some episodes)."""
+        return check_columns(load_file(uri, self.fmt, self.storage_options), uri, self.layout)
 
     def _next_pass(self) -> list[str]:
         if self.shuffle_buffer_size > 0:
@@ -618,6 +636,17 @@ def make_offline_input(config: Any, runner: Any) -> OfflineInput | None:
             from rltrainer.offline.policy_server import serve_runner
 
             return serve_runner(runner, config.input_config)
+        if source.minari_dataset is not None:
+            from rltrainer.offline.minari_data import MinariReader
+
+            return MinariReader(
+                source.minari_dataset,
+                layout,
+                runner.policy,
+                shuffle_buffer_size=config.shuffle_buffer_size,
+                worker_index=runner.worker_index,
+                seed=None if config.seed is None else config.seed + sources.index(source),
+            )
         if source.make_reader is not None:
             ioctx = IOContext(config.get_output_path(), config, runner.worker_index, runner)
             reader = source.make_reader(ioctx)
