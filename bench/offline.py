@@ -15,7 +15,8 @@ The benchmark:
    seconds and iterations until the greedy evaluation (10 episodes every 5 iterations)
    averages 475 or more.
 2. Reading: rows per second that ``InputReader.next(2000)`` hands out from the recording
-   (Parquet from the local disk), shuffled (buffer 10,000 rows) and in file order.
+   (Parquet from the local disk), shuffled (buffer 10,000 rows) and in file order, and in file
+   order from S3 (a moto server on 127.0.0.1: S3's protocol, not its network).
 3. Writing: env steps per second that one env runner samples (8 CartPole envs, fragments of
    256 steps, the tuned PPO network) with and without ``output``.
 """
@@ -82,11 +83,14 @@ def clone(name: str, data: Path, seed: int, storage: Path) -> dict[str, float]:
     return {"seconds": seconds, "iterations": result["training_iteration"], "solved": best >= 475}
 
 
-def reading(data: Path, shuffle: int, rows: int = 200_000) -> float:
-    """Rows per second ``InputReader.next(2000)`` returns from ``data``."""
+def reading(
+    data: Path | str, shuffle: int, rows: int = 200_000, storage_options: dict | None = None
+) -> float:
+    """Rows per second ``InputReader.next(2000)`` returns from ``data`` (a folder or s3:// URI)."""
     from rltrainer.algorithms.marwil import BCConfig
 
     config = BCConfig().environment("CartPole-v1").offline_data(input_=str(data), shuffle_buffer_size=shuffle)
+    config.reporting(storage_options=storage_options or {})
     from rltrainer.env.env_runner import EnvRunner
 
     runner = EnvRunner(config.debugging(seed=0))
@@ -97,6 +101,42 @@ def reading(data: Path, shuffle: int, rows: int = 200_000) -> float:
         reader.next(2000)
     runner.stop()
     return rows / (time.perf_counter() - started)
+
+
+def reading_s3(data: Path) -> float:
+    """``reading`` from a moto S3 server on 127.0.0.1 holding ``data``'s files (each file is
+    downloaded when the reader gets to it, as from real S3, without the network's latency)."""
+    import os
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    saved = {
+        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"
+    )
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket="bench")
+        for file in sorted(data.iterdir()):
+            client.upload_file(str(file), "bench", f"data/{file.name}")
+        return reading("s3://bench/data", shuffle=0, storage_options={"endpoint_url": endpoint})
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def writing(output: Path | None, iterations: int = 40) -> float:
@@ -144,6 +184,7 @@ def main() -> None:
             figures[f"{name.lower()}_solved"] = sum(r["solved"] for r in runs)
         figures["read_rows_per_s_shuffled"] = reading(data, shuffle=10_000)
         figures["read_rows_per_s_in_order"] = reading(data, shuffle=0)
+        figures["read_rows_per_s_s3_moto"] = reading_s3(data)
         plain = [writing(None) for _ in range(3)]
         written = [writing(work / f"out{i}") for i in range(3)]
         figures["sample_steps_per_s"] = median(plain)
