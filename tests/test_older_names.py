@@ -98,3 +98,8 @@ def test_documented_settings_that_match_what_rltrainer_does_are_accepted():
     config = PPOConfig.from_dict({"create_env_on_driver": True, "eager_tracing": False})
     config.framework("torch", eager_tracing=False).env_runners(soft_horizon=False, no_done_at_end=False)
     assert "create_env_on_driver" not in config.to_dict()  # nothing to store: it is how rltrainer works
+    # Either value of these describes what rltrainer does (RLlib's default and its alternative).
+    config.offline_data(postprocess_inputs=False).offline_data(postprocess_inputs=True)
+    config.offline_data(output_compress_columns=["obs", "new_obs"], input_config={})
+    with pytest.raises(ValueError, match=r"output_compress_columns=\['obs'\] cannot take effect.*compressed whole"):
+        config.offline_data(output_compress_columns=["obs"])

@@ -66,13 +66,27 @@ ALIASES: dict[str, str] = {
 _VIDEOS = "record videos of a checkpoint's episodes with `rltrainer evaluate CHECKPOINT --video DIR`"
 _ENV_ENDS = "episodes end when the env ends them (terminated or truncated; truncated ones bootstrap)"
 
-#: Settings of RLlib's documents that have no field here, because rltrainer always behaves one
-#: way: that value is accepted (nothing to set); any other is refused, saying why and what to
-#: use instead (never accepted and silently ignored).
 #: ``environment()``'s default: the env is left as it is (``None`` sets no env, as in RLlib).
 NOT_PROVIDED: Any = object()
 
+
+class AnyOf(tuple):
+    """Several values of a documented setting that all describe what rltrainer does."""
+
+
+#: Settings of RLlib's documents that have no field here, because rltrainer always behaves one
+#: way: that value (or those of an ``AnyOf``) is accepted (nothing to set); any other is refused,
+#: saying why and what to use instead (never accepted and silently ignored).
 DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
+    "postprocess_inputs": (
+        AnyOf((False, True)),
+        "learners always compute returns and advantages from the recorded rewards, as RLlib's "
+        "postprocess_inputs=True does; recorded advantages are never used",
+    ),
+    "output_compress_columns": (
+        AnyOf((["obs", "new_obs"], [])),
+        "Parquet output is compressed whole (output_config={'compression': ...}); JSON lines are not",
+    ),
     "create_env_on_driver": (True, "the driver always creates its own env runner's envs"),
     "eager_tracing": (False, "it is a TensorFlow setting and rltrainer is torch only"),
     "soft_horizon": (False, _ENV_ENDS),
@@ -1006,11 +1020,12 @@ class AlgorithmConfig(BaseModel):
 def _check_documented_setting(section: str, key: str, value: Any) -> None:
     """Accept ``value`` when it is what rltrainer does anyway, else say why it cannot be had."""
     accepted, reason = DOCUMENTED_SETTINGS[key]
-    if value == accepted and type(value) is type(accepted):
+    choices = accepted if isinstance(accepted, AnyOf) else (accepted,)
+    if any(value == choice and type(value) is type(choice) for choice in choices):
         return
     raise ConfigError(
         f"{section}(): {key}={value!r} cannot take effect in rltrainer ({reason}); "
-        f"remove it or set {key}={accepted!r}"
+        f"remove it or set {key}={choices[0]!r}"
     )
 
 
