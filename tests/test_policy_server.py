@@ -347,3 +347,31 @@ def test_each_remote_runner_serves_on_its_own_port(tmp_path: Path) -> None:
             thread.join(timeout=30)
         algo.stop()
     assert result["num_env_steps_sampled"] == 100 and result["episodes_total"] > 0
+
+
+def test_clients_faster_than_training_keep_the_freshest_steps() -> None:
+    from rltrainer.core.filters import NoFilter
+    from rltrainer.offline.policy_server import PolicyService, _Policy
+
+    policy = Policy(CARTPOLE.observation_space, CARTPOLE.action_space, PPOConfig().environment("CartPole-v1"))
+    service = PolicyService(
+        _Policy(policy, NoFilter(4), True),
+        records=True,
+        token=None,
+        max_request_bytes=1 << 20,
+        max_queued_rows=12,
+    )
+    for episode in range(3):  # 3 episodes of 6 steps: the first one is dropped
+        episode_id = service.handle({"command": "START_EPISODE"})["episode_id"]
+        for t in range(6):
+            service.handle(
+                {"command": "GET_ACTION", "episode_id": episode_id, "observation": [episode, t, 0, 0]}
+            )
+            service.handle({"command": "LOG_RETURNS", "episode_id": episode_id, "reward": 1.0})
+        service.handle(
+            {"command": "END_EPISODE", "episode_id": episode_id, "observation": [episode, 6, 0, 0]}
+        )
+    assert service.finished_rows == 12 and service.dropped_rows == 6
+    rollout = service.next(12)
+    assert rollout.obs[rollout.valid][:, 0].tolist() == [1.0] * 6 + [2.0] * 6
+    assert len(service.pop_episodes()) == 3

@@ -55,6 +55,7 @@ SERVER_CONFIG_DEFAULTS: dict[str, Any] = {
     "token_env": "RLTRAINER_POLICY_SERVER_TOKEN",
     "token_file": None,
     "max_request_bytes": 1 << 20,
+    "max_queued_rows": 100_000,
 }
 COMMANDS = (
     "START_EPISODE",
@@ -252,11 +253,21 @@ class _Policy:
 class PolicyService:
     """The protocol's state machine, shared by the training server and the inference server."""
 
-    def __init__(self, acting: _Policy, *, records: bool, token: str | None, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        acting: _Policy,
+        *,
+        records: bool,
+        token: str | None,
+        max_request_bytes: int,
+        max_queued_rows: int = SERVER_CONFIG_DEFAULTS["max_queued_rows"],
+    ) -> None:
         self.acting = acting
         self.records = records  # False: inference only, logged data is accepted and dropped
         self.token = token
         self.max_request_bytes = max_request_bytes
+        self.max_queued_rows = max_queued_rows  # completed rows kept for sample(); the oldest go first
+        self.dropped_rows = 0
         self.lock = threading.Lock()  # episodes, the policy, the filter
         self.ready = threading.Condition(self.lock)
         self.episodes: dict[str, _Episode] = {}
@@ -407,6 +418,16 @@ class PolicyService:
         episode.rows = []
         self.finished.append(Piece(columns, 0, len(rewards)))
         self.finished_rows += len(rewards)
+        while self.finished_rows > self.max_queued_rows and len(self.finished) > 1:
+            oldest = self.finished.popleft()  # clients outpace training: keep the freshest steps
+            self.finished_rows -= len(oldest)
+            if self.dropped_rows == 0:
+                logger.warning(
+                    "policy server: clients send steps faster than training uses them; the oldest "
+                    "beyond max_queued_rows=%d are dropped",
+                    self.max_queued_rows,
+                )
+            self.dropped_rows += len(oldest)
         self.ready.notify_all()
 
     # --- the training side ---------------------------------------------------------------
@@ -484,6 +505,7 @@ class PolicyServer:
         token_env: str | None = SERVER_CONFIG_DEFAULTS["token_env"],
         token_file: str | None = None,
         max_request_bytes: int = SERVER_CONFIG_DEFAULTS["max_request_bytes"],
+        max_queued_rows: int = SERVER_CONFIG_DEFAULTS["max_queued_rows"],
     ) -> None:
         token = read_token(token_env, token_file)
         if token is None and not _is_loopback(address):
@@ -492,7 +514,11 @@ class PolicyServer:
                 f"it in the environment variable {token_env} or in a file named by token_file"
             )
         self.service = PolicyService(
-            acting, records=records, token=token, max_request_bytes=max_request_bytes
+            acting,
+            records=records,
+            token=token,
+            max_request_bytes=max_request_bytes,
+            max_queued_rows=max_queued_rows,
         )
         try:
             self.httpd = _HTTPServer((address, port), _Handler)
@@ -546,7 +572,8 @@ def _runner_policy(runner: Any) -> _Policy:
 class PolicyServerInput(PolicyServer):
     """RLlib's ``PolicyServerInput(ioctx, address, port)``: ``input_=lambda ioctx:
     PolicyServerInput(ioctx, "127.0.0.1", 9900)`` serves the env runner ``ioctx.worker`` (the
-    port is used as given). Keyword options: ``token_env``, ``token_file``, ``max_request_bytes``."""
+    port is used as given). Keyword options: ``token_env``, ``token_file``, ``max_request_bytes``,
+    ``max_queued_rows``."""
 
     def __init__(
         self,
@@ -569,6 +596,7 @@ def serve_runner(runner: Any, options: dict[str, Any]) -> PolicyServer:
     port = int(settings.pop("port")) + max(runner.worker_index - 1, 0)
     address = settings.pop("address")
     settings["max_request_bytes"] = int(settings["max_request_bytes"])
+    settings["max_queued_rows"] = int(settings["max_queued_rows"])
     ioctx = IOContext(None, runner.config, runner.worker_index, runner)
     return PolicyServerInput(ioctx, address, port, **settings)
 
