@@ -57,6 +57,8 @@ SERVER_CONFIG_DEFAULTS: dict[str, Any] = {
     "max_request_bytes": 1 << 20,
     "max_queued_rows": 100_000,
 }
+#: Open episodes a server keeps; starting one more closes the oldest (abandoned ones, mostly).
+MAX_OPEN_EPISODES = 10_000
 COMMANDS = (
     "START_EPISODE",
     "GET_ACTION",
@@ -311,6 +313,14 @@ class PolicyService:
         if episode_id in self.episodes:
             raise RequestError(400, f"episode {episode_id!r} is already running")
         training = self.records and bool(request.get("training_enabled", True))
+        if len(self.episodes) >= MAX_OPEN_EPISODES:  # clients that never end theirs: the oldest goes
+            oldest = self.episodes.pop(next(iter(self.episodes)))
+            self._release(oldest)  # its completed steps are still learned from
+            logger.warning(
+                "policy server: more than %d open episodes; episode %r (the oldest) was closed",
+                MAX_OPEN_EPISODES,
+                oldest.episode_id,
+            )
         self.episodes[episode_id] = _Episode(episode_id, training)
         return {"episode_id": episode_id}
 
