@@ -51,6 +51,8 @@ SPECS = {
     "SAC": {"config": {"optimization_config": {"actor_learning_rate": 1e-3}}, "stop": "critic_loss"},
     "DDPG": {"config": {"actor_hiddens": [64, 64], "critic_lr": 1e-3}, "stop": "mean_q"},
     "TD3": {"config": {"policy_delay": 3, "target_noise": 0.1}, "stop": "actor_loss"},
+    "MARWIL": {"config": {"beta": 0.5, "input": "s3://recordings/cartpole"}, "stop": "vf_explained_var"},
+    "BC": {"config": {"input": "/data/recorded", "shuffle_buffer_size": 1000}, "stop": "policy_loss"},
 }
 
 
