@@ -53,6 +53,7 @@ SPECS = {
     "TD3": {"config": {"policy_delay": 3, "target_noise": 0.1}, "stop": "actor_loss"},
     "MARWIL": {"config": {"beta": 0.5, "input": "s3://recordings/cartpole"}, "stop": "vf_explained_var"},
     "BC": {"config": {"input": "/data/recorded", "shuffle_buffer_size": 1000}, "stop": "policy_loss"},
+    "CQL": {"config": {"bc_iters": 100, "lagrangian": True, "input": "/data/recorded"}, "stop": "cql_loss"},
 }
 
 

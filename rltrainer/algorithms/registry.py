@@ -35,6 +35,7 @@ ALGORITHMS: dict[str, Registered] = {
     "TD3": Registered(
         "rltrainer.algorithms.ddpg.ddpg:TD3", "rltrainer.algorithms.ddpg.ddpg_config:TD3Config"
     ),
+    "CQL": Registered("rltrainer.algorithms.cql.cql:CQL", "rltrainer.algorithms.cql.cql_config:CQLConfig"),
 }
 
 
