@@ -148,6 +148,51 @@ def test_penalty_pushes_unseen_actions_down(tmp_path):
     assert gaps[5.0] > 2.0 and abs(gaps[0.0]) < 0.5, gaps  # measured: 5.0 and 0.06
 
 
+@pytest.mark.parametrize("twin_q", [True, False])
+@pytest.mark.parametrize("deterministic_backup", [True, False])
+def test_bellman_loss_matches_a_hand_computation(tmp_path, twin_q, deterministic_backup):
+    """Without the penalty the critic loss is ``sum_i mean(w (Q_i(s, a) - y)^2)`` (RLlib's MSE,
+    no 1/2), ``y = r + gamma^k (1 - terminated) (min_i Q'_i(s', a') [- alpha log pi(a'|s')])``
+    with a' from the current policy and the *target* critics; RLlib's CQL always drops the
+    entropy term (``deterministic_backup``)."""
+    settings = {"twin_q": twin_q, "deterministic_backup": deterministic_backup, "initial_alpha": 0.5}
+    algo = tiny(tmp_path, min_q_weight=0.0, **settings).build()
+    learner = algo.learner_group.local_learner
+    algo.stop()
+    m = learner.module
+    torch.manual_seed(0)
+    learner.target.data.add_(0.1 * torch.randn_like(learner.target.data))  # targets != online critics
+    rng = np.random.default_rng(1)
+    n = 16
+    batch = ReplayBatch(
+        obs=rng.standard_normal((n, 3)).astype(np.float32),
+        actions=rng.uniform(-1, 1, (n, 1)).astype(np.float32),
+        rewards=rng.standard_normal(n).astype(np.float32),
+        next_obs=rng.standard_normal((n, 3)).astype(np.float32),
+        terminateds=(np.arange(n) % 4 == 0).astype(np.float32),
+        discounts=np.where(np.arange(n) % 2 == 0, 0.99, 0.99**3).astype(np.float32),  # n-step rows
+        weights=rng.uniform(0.5, 1.5, n).astype(np.float32),
+        indices=np.arange(n),
+    )
+    obs, actions, next_obs = (torch.from_numpy(x) for x in (batch.obs, batch.actions, batch.next_obs))
+    torch.manual_seed(7)  # the update's first draw is a' ~ pi(.|s')
+    with torch.no_grad():
+        next_actions, next_logp = SquashedGaussian(m.pi(next_obs)).rsample_with_logp()
+        v_next = m.q1_target(next_obs, next_actions)
+        if twin_q:
+            v_next = torch.minimum(v_next, m.q2_target(next_obs, next_actions))
+        if not deterministic_backup:
+            v_next = v_next - 0.5 * next_logp
+        bootstrap = torch.from_numpy(batch.discounts * (1 - batch.terminateds))
+        y = torch.from_numpy(batch.rewards) + bootstrap * v_next
+        w = torch.from_numpy(batch.weights)
+        expected = sum((w * (q(obs, actions) - y) ** 2).mean() for q in m.critics()).item()
+    torch.manual_seed(7)
+    stats = learner.update_from_batch(batch, timestep=0)
+    assert stats["critic_loss"] == pytest.approx(expected, rel=1e-5)
+    assert stats["cql_loss"] == 0.0 and stats["alpha_value"] == pytest.approx(0.5)
+
+
 def test_bc_iters_switch_the_actor_loss(tmp_path):
     algo = tiny(tmp_path, bc_iters=100, train_batch_size=64).build()
     learner = algo.learner_group.local_learner
@@ -230,6 +275,33 @@ def test_without_offline_input_it_is_sac_with_the_penalty_and_warns_nothing(tmp_
     assert np.isfinite(result["cql_loss"]) and np.isfinite(result["critic_loss"])
     assert "alpha_prime_value" not in result  # reported with lagrangian=True only
     assert not hasattr(algo.learner_group.local_learner.module, "log_alpha_prime")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("twin_q", [True, False])
+def test_updates_on_a_gpu(tmp_path, twin_q):
+    """Every tensor the losses make lives on the learner's device (a CPU tensor among CUDA
+    ones fails the step); alpha_prime and its Adam state round-trip there too."""
+    from gymnasium import spaces
+
+    from rltrainer.algorithms.cql.cql_learner import CQLLearner
+    from rltrainer.core.learner import make_learner
+
+    config = tiny(tmp_path, lagrangian=True, bc_iters=2, twin_q=twin_q, deterministic_backup=False)
+    obs_space, action_space = spaces.Box(-8, 8, (3,), np.float32), spaces.Box(-2, 2, (1,), np.float32)
+    learner = make_learner(CQLLearner, obs_space, action_space, config, "cuda")
+    batch = fixed_batch(16, 0.5)._replace(terminateds=np.zeros(16, np.float32))
+    for step in range(4):  # two behaviour-cloning steps, then SAC's actor loss
+        stats = learner.update_from_batch(batch, timestep=step)
+    assert all(np.isfinite(v) for v in stats.values()) and learner.last_td_errors.shape == (16,)
+    assert {p.device.type for p in learner.module.parameters()} == {"cuda"}
+    fresh = make_learner(CQLLearner, obs_space, action_space, config, "cuda")
+    fresh.module.load_state_dict(learner.module.state_dict())
+    fresh.set_optimizer_state(learner.get_optimizer_state())
+    fresh.set_extra_state(learner.get_extra_state())
+    assert fresh.module.log_alpha_prime.item() == learner.module.log_alpha_prime.item()
+    fresh.update_from_batch(batch, timestep=4)
+    assert fresh.optimizers["alpha_prime"].step_count == 5 and fresh.gradient_steps == 5
 
 
 def test_discrete_actions_are_refused(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from rltrainer.algorithms.sac.sac_config import SACConfig
@@ -46,6 +48,12 @@ class CQLConfig(SACConfig):
     deterministic_backup: bool = True
     """No entropy term in the critics' target (``r + gamma * min Q'(s', a')``); False: SAC's
     soft target ``r + gamma * (min Q'(s', a') - alpha log pi(a'|s'))``."""
+    replay_buffer_config: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "ReplayBuffer", "capacity": 1_000_000}
+    )
+    """Uniform replay of the recorded rows (RLlib's CQL reads its data uniformly): the penalty
+    is an unweighted mean over the batch, so prioritized replay would take it over a skewed
+    sample of the data. See ``OffPolicyConfig.replay_buffer_config``."""
 
 
 __all__ = ["CQLConfig"]

@@ -14,6 +14,13 @@ Per replayed batch:
 - actor: ``alpha log pi(a~|s) - log pi(a_data|s)`` for the first ``bc_iters`` gradient steps,
   SAC's ``alpha log pi(a~|s) - min Q(s, a~)`` after;
 - temperature and targets: SAC's.
+
+The uniform actions are drawn over [-1, 1]^d, where the squashed policy acts and the replayed
+actions are stored (normalized; RLlib's old stack draws them over the env's bounds instead).
+Steps in order: critics, alpha_prime, actor (on the critics just stepped, as our SAC, SB3 and
+Spinning Up do), temperature. RLlib's old stack steps temperature, actor, critics, alpha_prime;
+its new stack applies every part's gradients from one forward pass. The orders differ by one
+optimizer step's worth, and not at all for the behaviour-cloning actor loss.
 """
 
 from __future__ import annotations
