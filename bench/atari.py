@@ -7,6 +7,7 @@ bench/anchors.py's docstring, plus ``ale-py==0.12.1 opencv-python-headless pyyam
     python -m bench.atari --env BreakoutNoFrameskip-v4 --iterations 10 --env-runners 0,2
     python -m bench.atari --nature          # SB3's network size (NatureCNN and a 512 layer)
     python -m bench.atari --num-gpus 1 --gpus-per-env-runner 1   # learner and inference on a GPU
+    python -m bench.atari --algo APPO --env-runners 2             # asynchronous: 2 s iterations
     $ANCHORS_VENV/bin/python -m bench.atari --lib sb3
 
 Settings (the zoo's ``hyperparams/ppo.yml`` for Atari): 8 envs, 128 steps each per iteration
@@ -36,13 +37,42 @@ NATURE = {"conv_filters": [[32, [8, 8], 4], [64, [4, 4], 2], [64, [3, 3], 1]], "
 
 
 def config(
-    env: str, env_runners: int, main_cpus: int, nature: bool = False, gpus: float = 0, runner_gpus: float = 0
+    env: str,
+    env_runners: int,
+    main_cpus: int,
+    nature: bool = False,
+    gpus: float = 0,
+    runner_gpus: float = 0,
+    algo: str = "PPO",
 ) -> Any:
-    from rltrainer.algorithms.ppo import PPOConfig
+    from rltrainer.algorithms.registry import get_config_class
 
     envs_per_runner = 8 // max(env_runners, 1)
+    if algo == "APPO":  # the same batches, one pass over each; iterations of 2 s (it never waits)
+        return (
+            get_config_class("APPO")()
+            .environment(env, clip_rewards=True)
+            .env_runners(
+                num_env_runners=env_runners,
+                num_envs_per_env_runner=envs_per_runner,
+                rollout_fragment_length=128,
+            )
+            .training(
+                train_batch_size=1024,
+                lr=2.5e-4,
+                clip_param=0.1,
+                vf_loss_coeff=0.5,
+                entropy_coeff=0.01,
+                model={"vf_share_layers": True, **(NATURE if nature else {})},
+            )
+            .resources(
+                num_cpus_for_main_process=main_cpus, num_gpus=gpus, num_gpus_per_env_runner=runner_gpus
+            )
+            .reporting(min_time_s_per_iteration=2)
+            .debugging(seed=0, log_level="ERROR")
+        )
     return (
-        PPOConfig()
+        get_config_class("PPO")()
         .environment(env, clip_rewards=True)
         .env_runners(
             num_env_runners=env_runners, num_envs_per_env_runner=envs_per_runner, rollout_fragment_length=128
@@ -72,6 +102,7 @@ def main() -> None:
         "--nature", action="store_true", help="SB3's network size instead of RLlib's default filters"
     )
     parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--algo", choices=["PPO", "APPO"], default="PPO")
     parser.add_argument("--env-runners", default="0")
     parser.add_argument(
         "--main-cpus", type=int, default=2, help="the driver's torch threads (SB3 uses one per core: 2 here)"
@@ -89,6 +120,7 @@ def main() -> None:
     figures = {
         "env": args.env,
         "lib": "rltrainer",
+        "algo": args.algo,
         "network": "nature" if args.nature else "rllib",
         "num_gpus": args.num_gpus,
         "gpus_per_env_runner": args.gpus_per_env_runner,
@@ -98,7 +130,7 @@ def main() -> None:
     print(f"{'runners':>7} {'frames/s':>9} {'sample ms':>9} {'learn ms':>9}")
     for runners in (int(n) for n in args.env_runners.split(",")):
         gpus = (args.num_gpus, args.gpus_per_env_runner)
-        algo = config(args.env, runners, args.main_cpus, args.nature, *gpus).build()
+        algo = config(args.env, runners, args.main_cpus, args.nature, *gpus, algo=args.algo).build()
         try:
             algo.train()  # start-up
             rates, sample_ms, learn_ms = [], [], []

@@ -3,7 +3,8 @@
 # the learner and inference on CPU or GPU. That machine has torch and CUDA but no network, so the
 # project's other dependencies travel as wheels in .whl/ (Ray as a tarball without its Java jars,
 # RLlib and Serve, to fit the transfer limit); see README for how they were fetched.
-#   bash bench/gpu_check.sh OUT_DIR [STAGE...]    stages: tests pong runners sb3 (default: tests pong)
+#   bash bench/gpu_check.sh OUT_DIR [STAGE...]    stages: tests pong runners sb3 appo scaling
+#   (default: tests pong)
 set -u
 out=${1:-/tmp/gpu_check}
 shift || true
@@ -26,7 +27,8 @@ run() { # name, then bench.atari's arguments
     local name=$1
     shift
     echo "== $name: $*"
-    timeout 120 python3 -m bench.atari --iterations 6 "$@" 2>&1 | tee "$out/atari_$name.log" | grep -v "^\s*$" | tail -4
+    timeout 120 python3 -m bench.atari --iterations "${ITERATIONS:-6}" "$@" 2>&1 | tee "$out/atari_$name.log" |
+        grep -v "^\s*$" | tail -4
 }
 if has pong; then
     run cpu_learner --main-cpus 8
@@ -42,4 +44,14 @@ fi
 if has sb3; then # the anchor on the same machine: SB3's PPO picks the GPU itself (device="auto")
     echo "== sb3"
     timeout 150 python3 -m bench.atari --lib sb3 --iterations 6 2>&1 | tee "$out/atari_sb3.log" | tail -2
+fi
+if has appo; then # APPO from pixels (asynchronous runners), and PPO's figure on the same machine
+    run ppo_gpu_learner_gpu_inference --main-cpus 8 --num-gpus 1 --gpus-per-env-runner 1
+    run appo_gpu_learner_gpu_inference --algo APPO --main-cpus 8 --num-gpus 1 --gpus-per-env-runner 1
+    run appo_runners_gpu_inference --algo APPO --main-cpus 4 --num-gpus 1 --env-runners 2,4 --gpus-per-env-runner 0.2
+fi
+if has scaling; then # env steps/s against the number of runners on a machine with 16 cores
+    echo "== scaling"
+    timeout 200 python3 -m bench.impala_appo throughput --algo APPO --runners 1,2,4,8 --seconds 8 2>&1 |
+        tee "$out/scaling.log" | grep -E "runners=|Error|error" | tail -8
 fi

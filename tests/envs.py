@@ -112,6 +112,20 @@ class SlowEnv(FixedLengthEnv):
         return super().step(action)
 
 
+class SlowOnOneRunnerEnv(FixedLengthEnv):
+    """Sleeps ``delay_s`` per step in env runner ``slow_worker`` only (a straggler)."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        slow = getattr(config, "worker_index", None) == int((config or {}).get("slow_worker", 2))
+        self.delay_s = float((config or {}).get("delay_s", 0.05)) if slow else 0.0
+
+    def step(self, action):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return super().step(action)
+
+
 class FailingEnv(FixedLengthEnv):
     """Raises in ``step`` every ``fail_every``-th call across the process (to exercise restarts)."""
 

@@ -209,3 +209,57 @@ def test_remote_learner_and_runners_on_gpu_shares():
         assert np.isfinite(result["info"]["learner"]["default_policy"]["learner_stats"]["total_loss"])
     finally:
         algo.stop()
+
+
+@needs_gpu
+@pytest.mark.parametrize("algo", ["IMPALA", "APPO"])
+def test_impala_and_appo_train_on_a_gpu_learner(algo):
+    """V-trace and the target network on CUDA, conv encoder, uint8 frames from the runner."""
+    from rltrainer.algorithms.registry import get_config_class
+
+    config = (
+        get_config_class(algo)()
+        .environment(FRAMES)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length=32)
+        .training(train_batch_size=128, model=SMALL_CONV)
+        .resources(num_gpus=1)
+        .reporting(min_time_s_per_iteration=0)
+        .debugging(seed=0)
+    )
+    algo_ = config.build()
+    try:
+        learner = algo_.learner_group.local_learner
+        assert learner.device.type == "cuda"
+        for _ in range(3):
+            result = algo_.train()
+        for key in ("policy_loss", "vf_loss", "entropy", "mean_rho"):
+            assert np.isfinite(result[key]), key
+        if algo == "APPO":
+            assert next(learner.target.parameters()).device.type == "cuda"
+    finally:
+        algo_.stop()
+
+
+@needs_gpu
+@pytest.mark.usefixtures("local_ray")
+def test_appo_with_async_runners_and_a_learner_actor_on_gpu_shares():
+    from rltrainer.algorithms.appo import APPOConfig
+
+    config = (
+        APPOConfig()
+        .environment(FRAMES)
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=4, rollout_fragment_length=32)
+        .resources(num_learners=1, num_gpus_per_learner=0.5, num_gpus_per_env_runner=0.25)
+        .training(train_batch_size=128, model=SMALL_CONV)
+        .reporting(min_time_s_per_iteration=1)
+        .debugging(seed=0)
+    )
+    algo = config.build()
+    try:
+        assert algo.learner_group.foreach_learner(lambda learner: learner.device.type) == ["cuda"]
+        for _ in range(2):
+            result = algo.train()
+        assert result["num_learner_updates"] >= 2
+        assert np.isfinite(result["total_loss"])
+    finally:
+        algo.stop()

@@ -54,6 +54,13 @@ SPECS = {
     "MARWIL": {"config": {"beta": 0.5, "input": "s3://recordings/cartpole"}, "stop": "vf_explained_var"},
     "BC": {"config": {"input": "/data/recorded", "shuffle_buffer_size": 1000}, "stop": "policy_loss"},
     "CQL": {"config": {"bc_iters": 100, "lagrangian": True, "input": "/data/recorded"}, "stop": "cql_loss"},
+    "A2C": {"config": {"microbatch_size": 16, "use_gae": False, "lambda": 0.95}, "stop": "grad_gnorm"},
+    "IMPALA": {"config": {"vtrace_clip_rho_threshold": 2.0, "learner_queue_size": 4}, "stop": "mean_rho"},
+    "APPO": {
+        "config": {"use_kl_loss": True, "clip_param": 0.2, "lambda": 0.95},
+        "stop": "num_target_updates",
+    },
+    "PG": {"config": {"lr": [[0, 4e-4], [9000, 1e-4]], "train_batch_size": 400}, "stop": "grad_gnorm"},
 }
 
 

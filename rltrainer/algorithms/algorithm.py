@@ -196,12 +196,17 @@ class Algorithm(Trainable):
         wanted = self.config.train_batch_size if min_steps is None else min_steps
         with self.timed("sample"):
             rollouts, episodes = self.env_runner_group.sample(wanted)
+        self.count_samples(rollouts, episodes)
+        return rollouts
+
+    def count_samples(self, rollouts: list[Rollout], episodes: list[EpisodeStats]) -> None:
+        """Add sampled rollouts and finished episodes to the counters and episode metrics
+        (``sample_rollouts`` does it; algorithms that sample otherwise call it themselves)."""
         steps = sum(rollout.num_steps for rollout in rollouts)
         self.counters.timesteps_total += steps
         self._iteration_samples += steps
         self._iteration_episodes.extend(episodes)
         self._episodes.extend(episodes)
-        return rollouts
 
     @contextmanager
     def timed(self, phase: str) -> Iterator[None]:

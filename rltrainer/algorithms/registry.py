@@ -36,6 +36,14 @@ ALGORITHMS: dict[str, Registered] = {
         "rltrainer.algorithms.ddpg.ddpg:TD3", "rltrainer.algorithms.ddpg.ddpg_config:TD3Config"
     ),
     "CQL": Registered("rltrainer.algorithms.cql.cql:CQL", "rltrainer.algorithms.cql.cql_config:CQLConfig"),
+    "A2C": Registered("rltrainer.algorithms.a2c.a2c:A2C", "rltrainer.algorithms.a2c.a2c_config:A2CConfig"),
+    "PG": Registered("rltrainer.algorithms.pg.pg:PG", "rltrainer.algorithms.pg.pg_config:PGConfig"),
+    "IMPALA": Registered(
+        "rltrainer.algorithms.impala.impala:IMPALA", "rltrainer.algorithms.impala.impala_config:IMPALAConfig"
+    ),
+    "APPO": Registered(
+        "rltrainer.algorithms.appo.appo:APPO", "rltrainer.algorithms.appo.appo_config:APPOConfig"
+    ),
 }
 
 

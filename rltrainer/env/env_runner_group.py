@@ -73,6 +73,8 @@ class EnvRunnerGroup:
         self._failures: list[int] = []  # consecutive failures per runner
         self._restart_at: dict[int, float] = {}  # runner index -> when to start its replacement
         self._weights_ref: Any = None
+        # Asynchronous sampling (sample_async): request -> (runner index, actor, caller's tag).
+        self._in_flight: dict[Any, tuple[int, Any, Any]] = {}
         self.num_restarts = 0
         if config.num_env_runners > 0:
             if placement is None:
@@ -156,6 +158,67 @@ class EnvRunnerGroup:
             self._handle_failures(failures)
             self._broadcast_filter()
         return rollouts, episodes
+
+    def sample_async(
+        self, max_in_flight: int, timeout: float, tag: Any = None
+    ) -> list[tuple[Rollout, list[EpisodeStats], Any]]:
+        """The samples the remote runners finished, without waiting for the others (IMPALA's
+        asynchronous sampling): ``(rollout, episodes, tag)`` each, ``tag`` being what the call
+        that sent its request gave (e.g. the weights' version the runner sampled with).
+
+        Keeps ``max_in_flight`` sample requests queued on every live runner, so runners sample
+        while the caller trains; waits up to ``timeout`` seconds for the first result, then takes
+        every other one that is ready. A runner that dies or raises is handled per the
+        fault-tolerance settings (restarted in the background, dropped, or raised); its other
+        requests are discarded. Weights sent with ``sync_weights`` apply to the requests sent
+        after them (an actor runs its calls in order).
+        """
+        import ray
+
+        self._request_samples(max_in_flight, tag)
+        refs = list(self._in_flight)
+        if not refs:
+            return []
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        results: list[tuple[Rollout, list[EpisodeStats], Any]] = []
+        failures: dict[int, str] = {}
+        for ref in ready:
+            index, actor, request_tag = self._in_flight.pop(ref)
+            if self._remote[index] is not actor:
+                continue  # sent to a runner that failed since: a replacement samples instead
+            outcome, failure = self._result_or_failure(ref, "sample")
+            if failure is not None:
+                failures.setdefault(index, failure)
+                continue
+            rollout, episodes, delta = outcome
+            self._failures[index] = 0
+            self._local.filter.apply_delta(delta)
+            results.append((rollout, episodes, request_tag))
+        self._handle_failures(failures)
+        self._in_flight = {
+            ref: entry for ref, entry in self._in_flight.items() if self._remote[entry[0]] is entry[1]
+        }
+        if results:
+            self._broadcast_filter()
+        self._request_samples(max_in_flight, tag)
+        return results
+
+    def _request_samples(self, max_in_flight: int, tag: Any) -> None:
+        """Send sample requests until every live runner has ``max_in_flight`` queued (replacements
+        that are due are started first)."""
+        self._restart_due()
+        queued = [0] * len(self._remote)
+        for index, _, _ in self._in_flight.values():
+            queued[index] += 1
+        for index, runner in enumerate(self._remote):
+            for _ in range(max_in_flight - queued[index] if runner is not None else 0):
+                self._in_flight[runner.sample_with_filter_delta.remote()] = (index, runner, tag)
+
+    def num_in_flight(self) -> int:
+        """Sample requests sent with ``sample_async`` and not yet collected."""
+        return len(self._in_flight)
 
     def _live(self) -> dict[int, Any]:
         """Runners that can sample now, after starting replacements that are due."""
@@ -364,6 +427,7 @@ class EnvRunnerGroup:
                     ray.kill(runner)
             self._remote = []
             self._restart_at = {}
+            self._in_flight = {}
 
     def _collect(
         self,
@@ -374,7 +438,6 @@ class EnvRunnerGroup:
     ) -> tuple[dict, dict]:
         """Results of remote calls by runner index, and why the others failed (died, raised, silent)."""
         import ray
-        from ray.exceptions import RayActorError, RayTaskError
 
         timeout = self.config.sample_timeout_s if timeout == -1.0 else timeout
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
@@ -384,17 +447,30 @@ class EnvRunnerGroup:
             if ref not in ready:
                 failures[index] = f"did not finish {what} within {timeout_setting}={timeout}"
                 continue
-            try:
-                results[index] = ray.get(ref)
-            except CallbackError as err:  # the user's code, not the runner, failed: no restart
-                raise CallbackError(str(getattr(err, "cause", None) or err)) from None
-            except NumericalError as err:  # the env's data, not the runner: no restart either
-                raise NumericalError(str(getattr(err, "cause", None) or err)) from None
-            except RayActorError as err:
-                failures[index] = f"died during {what}: {_first_line(err)}"
-            except RayTaskError as err:
-                failures[index] = f"raised during {what}: {_first_line(err.cause if err.cause else err)}"
+            result, failure = self._result_or_failure(ref, what)
+            if failure is None:
+                results[index] = result
+            else:
+                failures[index] = failure
         return results, failures
+
+    @staticmethod
+    def _result_or_failure(ref: Any, what: str) -> tuple[Any, str | None]:
+        """``(the value of a finished call, None)``, or ``(None, why the runner failed)``. Errors
+        of the user's callbacks and non-finite env data are raised: restarting would not help."""
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            return ray.get(ref), None
+        except CallbackError as err:  # the user's code, not the runner, failed: no restart
+            raise CallbackError(str(getattr(err, "cause", None) or err)) from None
+        except NumericalError as err:  # the env's data, not the runner: no restart either
+            raise NumericalError(str(getattr(err, "cause", None) or err)) from None
+        except RayActorError as err:
+            return None, f"died during {what}: {_first_line(err)}"
+        except RayTaskError as err:
+            return None, f"raised during {what}: {_first_line(err.cause if err.cause else err)}"
 
 
 def _first_line(err: BaseException) -> str:
