@@ -81,7 +81,9 @@ def rllib_algo(algo: str, runners: int, seed: int) -> tuple[Any, Any]:
         NUM_ENV_STEPS_TRAINED_LIFETIME,
     )
 
-    ray.init(address="local", include_dashboard=False)
+    # RLlib's learner is an actor of its own (1 CPU) besides the env runners: as many logical
+    # CPUs as it asks for, as rltrainer's driver takes its runners' bundles on this machine too.
+    ray.init(address="local", include_dashboard=False, num_cpus=runners + 2)
     s = SETTINGS
     config = (
         (APPOConfig if algo == "APPO" else IMPALAConfig)()

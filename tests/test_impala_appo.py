@@ -354,3 +354,42 @@ def test_no_samples_within_the_learner_queue_timeout_is_a_clear_error():
         assert time.monotonic() - started < 10
     finally:
         algo.stop()
+
+
+def test_on_learn_on_batch_sees_whole_trajectories():
+    from rltrainer.algorithms.callbacks import DefaultCallbacks
+
+    class Trajectories(DefaultCallbacks):
+        def on_learn_on_batch(self, *, policy, train_batch, result, **kwargs):  # noqa: ARG002
+            result["trajectories"] = train_batch["valid"].shape[0]
+            result["steps_per_trajectory"] = train_batch["valid"].shape[1]
+            train_batch["rewards"] = train_batch["rewards"] * 0.0  # rewrites reach the loss
+
+    algo = small(IMPALAConfig).callbacks(Trajectories).build()
+    try:
+        result = algo.train()
+        assert result["trajectories"] >= 8 and result["steps_per_trajectory"] >= 50
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_two_ddp_learners_hold_identical_weights_and_target_networks():
+    config = remote(APPOConfig, runners=1).resources(num_learners=2).training(minibatch_size=200)
+    algo = config.build()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert result["num_learner_updates"] >= 2
+
+        def state(learner):
+            online = {k: v.numpy() for k, v in learner.get_weights().items()}
+            return online, [p.detach().cpu().numpy().copy() for p in learner.target.parameters()]
+
+        (first, first_target), (second, second_target) = algo.learner_group.foreach_learner(state)
+        for name, array in first.items():
+            np.testing.assert_array_equal(array, second[name])
+        for a, b in zip(first_target, second_target, strict=True):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        algo.stop()

@@ -55,6 +55,8 @@ SPECS = {
     "BC": {"config": {"input": "/data/recorded", "shuffle_buffer_size": 1000}, "stop": "policy_loss"},
     "CQL": {"config": {"bc_iters": 100, "lagrangian": True, "input": "/data/recorded"}, "stop": "cql_loss"},
     "A2C": {"config": {"microbatch_size": 16, "use_gae": False, "lambda": 0.95}, "stop": "grad_gnorm"},
+    "APEX": {"config": {"max_weight_sync_delay": 100, "n_step": 5}, "stop": "qf_loss"},
+    "APEX_DDPG": {"config": {"max_requests_in_flight_per_env_runner": 1}, "stop": "critic_loss"},
     "IMPALA": {"config": {"vtrace_clip_rho_threshold": 2.0, "learner_queue_size": 4}, "stop": "mean_rho"},
     "APPO": {
         "config": {"use_kl_loss": True, "clip_param": 0.2, "lambda": 0.95},

@@ -38,6 +38,12 @@ ALGORITHMS: dict[str, Registered] = {
     "CQL": Registered("rltrainer.algorithms.cql.cql:CQL", "rltrainer.algorithms.cql.cql_config:CQLConfig"),
     "A2C": Registered("rltrainer.algorithms.a2c.a2c:A2C", "rltrainer.algorithms.a2c.a2c_config:A2CConfig"),
     "PG": Registered("rltrainer.algorithms.pg.pg:PG", "rltrainer.algorithms.pg.pg_config:PGConfig"),
+    "APEX": Registered(
+        "rltrainer.algorithms.apex.apex:ApexDQN", "rltrainer.algorithms.apex.apex_config:ApexDQNConfig"
+    ),
+    "APEX_DDPG": Registered(
+        "rltrainer.algorithms.apex.apex:ApexDDPG", "rltrainer.algorithms.apex.apex_config:ApexDDPGConfig"
+    ),
     "IMPALA": Registered(
         "rltrainer.algorithms.impala.impala:IMPALA", "rltrainer.algorithms.impala.impala_config:IMPALAConfig"
     ),

@@ -9,6 +9,7 @@ serves inference (``compute_single_action``) and holds the global observation fi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -177,7 +178,9 @@ class EnvRunnerGroup:
 
         self._request_samples(max_in_flight, tag)
         refs = list(self._in_flight)
-        if not refs:
+        if not refs:  # every runner failed: wait (at most timeout) for the next replacement
+            if self._restart_at:
+                time.sleep(max(0.0, min(min(self._restart_at.values()) - time.monotonic(), timeout)))
             return []
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
         if ready:
@@ -222,8 +225,6 @@ class EnvRunnerGroup:
 
     def _live(self) -> dict[int, Any]:
         """Runners that can sample now, after starting replacements that are due."""
-        import time
-
         while True:
             self._restart_due()
             live = {i: runner for i, runner in enumerate(self._remote) if runner is not None}
@@ -234,8 +235,6 @@ class EnvRunnerGroup:
             time.sleep(max(0.0, min(self._restart_at.values()) - time.monotonic()))
 
     def _restart_due(self) -> None:
-        import time
-
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
@@ -266,8 +265,6 @@ class EnvRunnerGroup:
             )
 
     def _handle_failures(self, failures: dict[int, str]) -> None:
-        import time
-
         import ray
 
         if not failures:

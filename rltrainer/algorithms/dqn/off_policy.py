@@ -59,7 +59,7 @@ class OffPolicyAlgorithm(Algorithm):
         cfg = self.config
         self._sync_global_timestep()
         # 1. sample one round and store it as n-step transitions
-        rollouts = self.sample_rollouts(min_steps=1)
+        rollouts = self.sample_for_replay()
         sampled = 0
         for rollout in rollouts:
             self.replay_buffer.add(transitions_from_rollout(rollout, cfg.n_step, cfg.gamma))
@@ -83,10 +83,19 @@ class OffPolicyAlgorithm(Algorithm):
                     self.replay_buffer.update_priorities(batch.indices, learner.last_td_errors)
                 self.counters.num_env_steps_trained += cfg.train_batch_size
         # 3. sync the acting weights
-        if num_updates and not self._shared_module:
+        if num_updates and not self._shared_module and self.weights_due():
             with self.timed("synch_weights"):
                 self.env_runner_group.sync_weights(learner.get_policy_weights())
         return self._last_stats
+
+    def sample_for_replay(self) -> list[Any]:
+        """New rollouts for the replay buffer: one round of every env runner (Ape-X overrides
+        it with asynchronous sampling)."""
+        return self.sample_rollouts(min_steps=1)
+
+    def weights_due(self) -> bool:
+        """Whether the env runners get the new weights after this step's updates (always here)."""
+        return True
 
     def _sync_global_timestep(self) -> None:
         """Exploration schedules follow the algorithm's env steps, in every env runner."""
