@@ -6,6 +6,7 @@ describes) with the same env, network and batch settings (``tuned_examples/appo_
     /tmp/anchors-venv/bin/python -m bench.impala_appo throughput --lib rllib --algo APPO --runners 0,1,2
     /tmp/anchors-venv/bin/python -m bench.impala_appo solve --lib rllib --seeds 3
     python -m bench.time_to_solve --algo APPO --env CartPole-v1 --seeds 3 --budget 2000000   # rltrainer's
+    python -m bench.impala_appo throughput --runners 1,2,4,8 --raylets   # a multi-raylet local cluster
 
 Each measurement runs in a fresh process. Throughput is env steps sampled (and trained) per
 second of wall time over ``--seconds`` after a first iteration that starts the actors.
@@ -35,7 +36,24 @@ SETTINGS = {
 }
 
 
-def rltrainer_algo(algo: str, runners: int, seed: int) -> tuple[Any, Any]:
+def multi_raylet_cluster(runners: int) -> Any:
+    """A local Ray cluster of one raylet for the driver and learner plus one raylet per env
+    runner (each with 1 logical CPU), the env runners placed one per raylet (SPREAD)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for _ in range(runners):
+        cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address)
+    _CLUSTERS.append(cluster)
+    return cluster
+
+
+_CLUSTERS: list[Any] = []  # shut down at the end of the measurement
+
+
+def rltrainer_algo(algo: str, runners: int, seed: int, raylets: bool = False) -> tuple[Any, Any]:
     from rltrainer.algorithms.registry import get_config_class
 
     s = SETTINGS
@@ -54,8 +72,11 @@ def rltrainer_algo(algo: str, runners: int, seed: int) -> tuple[Any, Any]:
             "metrics_num_episodes_for_smoothing": 20,
             "model": {"fcnet_hiddens": s["hiddens"], "fcnet_activation": s["activation"]},
             "seed": seed,
+            **({"placement_strategy": "SPREAD"} if raylets else {}),
         }
     )
+    if raylets:
+        multi_raylet_cluster(runners)
     algo_ = config.build()
 
     def counts(result: dict[str, Any]) -> tuple[int, int, float]:
@@ -120,9 +141,13 @@ def rllib_algo(algo: str, runners: int, seed: int) -> tuple[Any, Any]:
     return algo_, counts
 
 
-def one_throughput(lib: str, algo: str, runners: int, seconds: float) -> dict[str, Any]:
-    make = rltrainer_algo if lib == "rltrainer" else rllib_algo
-    algorithm, counts = make(algo, runners, 0)
+def one_throughput(
+    lib: str, algo: str, runners: int, seconds: float, raylets: bool = False
+) -> dict[str, Any]:
+    if lib == "rltrainer":
+        algorithm, counts = rltrainer_algo(algo, runners, 0, raylets)
+    else:
+        algorithm, counts = rllib_algo(algo, runners, 0)
     try:
         sampled0, trained0, _ = counts(algorithm.train())  # actors started, first batches in
         start = time.perf_counter()
@@ -131,10 +156,16 @@ def one_throughput(lib: str, algo: str, runners: int, seconds: float) -> dict[st
         elapsed = time.perf_counter() - start
     finally:
         algorithm.stop()
+        for cluster in _CLUSTERS:
+            import ray
+
+            ray.shutdown()
+            cluster.shutdown()
     return {
         "lib": lib,
         "algo": algo,
         "runners": runners,
+        "raylets": raylets,
         "sampled_per_s": (sampled - sampled0) / elapsed,
         "trained_per_s": (trained - trained0) / elapsed,
     }
@@ -179,6 +210,9 @@ def main() -> None:
     parser.add_argument("--algo", choices=["APPO", "IMPALA"], default="APPO")
     parser.add_argument("--runners", default="0,1,2")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--raylets", action="store_true", help="rltrainer on a local cluster of one raylet per env runner"
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=2_000_000)
     parser.add_argument("--target", type=float, default=475.0)
@@ -190,7 +224,12 @@ def main() -> None:
     if args.mode == "throughput":
         for runners in (int(n) for n in args.runners.split(",")):
             row = in_fresh_process(
-                "throughput", lib=args.lib, algo=args.algo, runners=runners, seconds=args.seconds
+                "throughput",
+                lib=args.lib,
+                algo=args.algo,
+                runners=runners,
+                seconds=args.seconds,
+                raylets=args.raylets,
             )
             print(
                 f"{row['lib']:9s} {row['algo']:6s} runners={runners}: "

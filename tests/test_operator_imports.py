@@ -57,6 +57,9 @@ SPECS = {
     "A2C": {"config": {"microbatch_size": 16, "use_gae": False, "lambda": 0.95}, "stop": "grad_gnorm"},
     "APEX": {"config": {"max_weight_sync_delay": 100, "n_step": 5}, "stop": "qf_loss"},
     "APEX_DDPG": {"config": {"max_requests_in_flight_per_env_runner": 1}, "stop": "critic_loss"},
+    "A3C": {"config": {"rollout_fragment_length": 20, "entropy_coeff": 0.02}, "stop": "gradient_lag_updates"},
+    "ES": {"config": {"episodes_per_batch": 100, "noise_stdev": 0.05}, "stop": "update_ratio"},
+    "ARS": {"config": {"num_rollouts": 8, "rollouts_used": 4}, "stop": "grad_norm"},
     "IMPALA": {"config": {"vtrace_clip_rho_threshold": 2.0, "learner_queue_size": 4}, "stop": "mean_rho"},
     "APPO": {
         "config": {"use_kl_loss": True, "clip_param": 0.2, "lambda": 0.95},

@@ -199,10 +199,14 @@ class Algorithm(Trainable):
         self.count_samples(rollouts, episodes)
         return rollouts
 
-    def count_samples(self, rollouts: list[Rollout], episodes: list[EpisodeStats]) -> None:
-        """Add sampled rollouts and finished episodes to the counters and episode metrics
-        (``sample_rollouts`` does it; algorithms that sample otherwise call it themselves)."""
-        steps = sum(rollout.num_steps for rollout in rollouts)
+    def count_samples(
+        self, rollouts: list[Rollout], episodes: list[EpisodeStats], steps: int | None = None
+    ) -> None:
+        """Add sampled rollouts (or ``steps`` env steps) and finished episodes to the counters
+        and episode metrics (``sample_rollouts`` does it; algorithms that sample otherwise call
+        it themselves)."""
+        if steps is None:
+            steps = sum(rollout.num_steps for rollout in rollouts)
         self.counters.timesteps_total += steps
         self._iteration_samples += steps
         self._iteration_episodes.extend(episodes)

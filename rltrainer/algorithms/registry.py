@@ -44,6 +44,9 @@ ALGORITHMS: dict[str, Registered] = {
     "APEX_DDPG": Registered(
         "rltrainer.algorithms.apex.apex:ApexDDPG", "rltrainer.algorithms.apex.apex_config:ApexDDPGConfig"
     ),
+    "A3C": Registered("rltrainer.algorithms.a3c.a3c:A3C", "rltrainer.algorithms.a3c.a3c_config:A3CConfig"),
+    "ES": Registered("rltrainer.algorithms.es.es:ES", "rltrainer.algorithms.es.es_config:ESConfig"),
+    "ARS": Registered("rltrainer.algorithms.es.es:ARS", "rltrainer.algorithms.es.es_config:ARSConfig"),
     "IMPALA": Registered(
         "rltrainer.algorithms.impala.impala:IMPALA", "rltrainer.algorithms.impala.impala_config:IMPALAConfig"
     ),

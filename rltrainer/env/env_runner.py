@@ -383,8 +383,10 @@ class EnvRunner:
         num_timesteps: int | None = None,
         explore: bool | None = None,
         force_reset: bool = True,
+        update_filter: bool = False,
     ) -> tuple[list[EpisodeStats], int]:
-        """Run episodes (e.g. for evaluation) without touching the filter statistics.
+        """Run episodes (e.g. for evaluation), by default without touching the filter statistics
+        (``update_filter=True``: they learn from these episodes too, as ES's rollouts do).
 
         Returns the completed episodes and the env steps taken.
         With ``num_episodes``, env i contributes ``(num_episodes + i) // num_envs`` of them
@@ -402,7 +404,7 @@ class EnvRunner:
         episodes: list[EpisodeStats] = []
         steps = 0
         while (quota is None or (counted < quota).any()) and (num_timesteps is None or steps < num_timesteps):
-            step = self._step(explore, update_filter=False)
+            step = self._step(explore, update_filter=update_filter)
             steps += int(step.valid.sum())
             dones = step.terminateds | step.truncateds
             ended = self._close_episodes(np.asarray(step.rewards)[None], step.valid[None], dones[None])

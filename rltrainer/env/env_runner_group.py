@@ -161,11 +161,20 @@ class EnvRunnerGroup:
         return rollouts, episodes
 
     def sample_async(
-        self, max_in_flight: int, timeout: float, tag: Any = None
-    ) -> list[tuple[Rollout, list[EpisodeStats], Any]]:
+        self,
+        max_in_flight: int,
+        timeout: float,
+        tag: Any = None,
+        call: tuple[Any, ...] | None = None,
+        refill: bool = True,
+    ) -> list[tuple[Any, list[EpisodeStats], Any]]:
         """The samples the remote runners finished, without waiting for the others (IMPALA's
         asynchronous sampling): ``(rollout, episodes, tag)`` each, ``tag`` being what the call
         that sent its request gave (e.g. the weights' version the runner sampled with).
+
+        ``call``: ``(fn, *args)`` to run in the runners instead of ``sample()`` (``fn(runner,
+        *args)`` returns ``(payload, episodes, filter_delta)``, e.g. A3C's gradients).
+        ``refill=False`` leaves sending the next requests to ``request_async``.
 
         Keeps ``max_in_flight`` sample requests queued on every live runner, so runners sample
         while the caller trains; waits up to ``timeout`` seconds for the first result, then takes
@@ -176,7 +185,7 @@ class EnvRunnerGroup:
         """
         import ray
 
-        self._request_samples(max_in_flight, tag)
+        self.request_async(max_in_flight, tag, call)
         refs = list(self._in_flight)
         if not refs:  # every runner failed: wait (at most timeout) for the next replacement
             if self._restart_at:
@@ -205,19 +214,21 @@ class EnvRunnerGroup:
         }
         if results:
             self._broadcast_filter()
-        self._request_samples(max_in_flight, tag)
+        if refill:
+            self.request_async(max_in_flight, tag, call)
         return results
 
-    def _request_samples(self, max_in_flight: int, tag: Any) -> None:
-        """Send sample requests until every live runner has ``max_in_flight`` queued (replacements
-        that are due are started first)."""
+    def request_async(self, max_in_flight: int, tag: Any = None, call: tuple[Any, ...] | None = None) -> None:
+        """Send requests (``sample()``, or ``call``) until every live runner has ``max_in_flight``
+        queued (replacements that are due are started first)."""
         self._restart_due()
         queued = [0] * len(self._remote)
         for index, _, _ in self._in_flight.values():
             queued[index] += 1
         for index, runner in enumerate(self._remote):
             for _ in range(max_in_flight - queued[index] if runner is not None else 0):
-                self._in_flight[runner.sample_with_filter_delta.remote()] = (index, runner, tag)
+                ref = runner.apply.remote(*call) if call else runner.sample_with_filter_delta.remote()
+                self._in_flight[ref] = (index, runner, tag)
 
     def num_in_flight(self) -> int:
         """Sample requests sent with ``sample_async`` and not yet collected."""
@@ -310,6 +321,13 @@ class EnvRunnerGroup:
             for runner in self._remote:
                 if runner is not None:
                     runner.set_filter_state.remote(ref)
+
+    def apply_filter_deltas(self, deltas: list[dict[str, np.ndarray]]) -> None:
+        """Merge observation statistics the remote runners gathered outside ``sample()`` (e.g.
+        ES's perturbed episodes) into the driver's filter and send it to every runner."""
+        for delta in deltas:
+            self._local.filter.apply_delta(delta)
+        self._broadcast_filter()
 
     def sync_weights(self, weights: dict[str, Any]) -> None:
         """Send the learner's weights to every env runner: one ``ray.put``, one reference each."""
