@@ -195,6 +195,7 @@ class EnvRunnerGroup:
         if ready:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         results: list[tuple[Rollout, list[EpisodeStats], Any]] = []
+        deltas: list[dict[str, np.ndarray]] = []
         failures: dict[int, str] = {}
         for ref in ready:
             index, actor, request_tag = self._in_flight.pop(ref)
@@ -206,14 +207,14 @@ class EnvRunnerGroup:
                 continue
             rollout, episodes, delta = outcome
             self._failures[index] = 0
-            self._local.filter.apply_delta(delta)
+            deltas.append(delta)
             results.append((rollout, episodes, request_tag))
         self._handle_failures(failures)
         self._in_flight = {
             ref: entry for ref, entry in self._in_flight.items() if self._remote[entry[0]] is entry[1]
         }
         if results:
-            self._broadcast_filter()
+            self.apply_filter_deltas(deltas)
         if refill:
             self.request_async(max_in_flight, tag, call)
         return results

@@ -145,30 +145,31 @@ class DerivativeFreeLearner(Learner):
     STAT_KEYS = ESConfig.STAT_KEYS
 
     def build_optimizers(self) -> None:
-        self.theta = flatten(self.get_weights()).astype(np.float64)
         self.step_count = 0
         self.moments = np.zeros((2, self.theta.size))  # Adam's (ES); unused by ARS's plain step
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The network's weights, flattened (``flatten``'s order), as float64."""
+        return flatten(self.get_weights()).astype(np.float64)
 
     def apply_step(self, gradient: np.ndarray) -> float:
         """Move theta along ``gradient`` (ascent), load it into the network; the update ratio."""
         cfg = self.config
+        theta = self.theta
         self.step_count += 1
         if isinstance(cfg, ARSConfig):
             step = cfg.sgd_stepsize * gradient
         else:  # Adam on the loss -g + l2 * theta (RLlib's ES optimizer, epsilon 1e-8)
-            loss_grad = -gradient + cfg.l2_coeff * self.theta
+            loss_grad = -gradient + cfg.l2_coeff * theta
             m, v = self.moments
             m[:] = 0.9 * m + 0.1 * loss_grad
             v[:] = 0.999 * v + 0.001 * loss_grad**2
             lr = cfg.stepsize * np.sqrt(1 - 0.999**self.step_count) / (1 - 0.9**self.step_count)
             step = -lr * m / (np.sqrt(v) + 1e-8)
-        self.theta = self.theta + step
-        self.set_weights(unflatten(self.theta.astype(np.float32), self.get_weights()))
-        return float(np.linalg.norm(step) / (np.linalg.norm(self.theta) + 1e-12))
-
-    def set_weights(self, weights: dict[str, Any]) -> None:
-        super().set_weights(weights)
-        self.theta = flatten(self.get_weights()).astype(np.float64)
+        theta = theta + step
+        self.set_weights(unflatten(theta.astype(np.float32), self.get_weights()))
+        return float(np.linalg.norm(step) / (np.linalg.norm(theta) + 1e-12))
 
     def get_optimizer_state(self) -> dict[str, torch.Tensor]:
         return {
