@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import numbers
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -84,6 +85,12 @@ def canonical_stop_key(key: str) -> str:
     return key.replace("env_runners/", "").replace("episode_reward_", "episode_return_")
 
 
+# Multi-agent results name their policies: policy_reward_mean/<policy id>, info/learner/<id>/...
+_PER_POLICY = re.compile(
+    r"(evaluation/)?policy_reward_(mean|min|max)/[A-Za-z0-9_.-]+|info/learner/[A-Za-z0-9_.-]+/.+"
+)
+
+
 def resolve_stop(stop: dict[str, Any], keys_of: type[Algorithm] | type[AlgorithmConfig]) -> dict[str, float]:
     """Validate stop criteria against ``keys_of.result_keys()``; returns them with our key names.
 
@@ -99,10 +106,11 @@ def resolve_stop(stop: dict[str, Any], keys_of: type[Algorithm] | type[Algorithm
         name = str(key) if str(key) in allowed else canonical_stop_key(str(key))
         # Callbacks' metrics are named by the user: any custom_metrics/... key may stop a run.
         named_by_user = ("custom_metrics/", "evaluation/custom_metrics/", "evaluation/off_policy_estimator/")
-        if name not in allowed and not name.startswith(named_by_user):
+        if name not in allowed and not name.startswith(named_by_user) and not _PER_POLICY.fullmatch(name):
             raise ConfigError(
                 f"unknown stop key {key!r}; allowed: {', '.join(allowed)}, "
-                "or custom_metrics/<name>_mean|_min|_max"
+                "custom_metrics/<name>_mean|_min|_max, or (multi-agent) "
+                "policy_reward_mean|_min|_max/<policy id>"
             )
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
             raise ConfigError(f"stop value for {key!r} must be a number, got {value!r}")

@@ -15,6 +15,7 @@ from rltrainer.core.exploration import Exploration, StochasticSampling, make_exp
 from rltrainer.core.models import ActorCritic, NumpyMLP, torch_inference
 from rltrainer.env.preprocessors import Preprocessor
 from rltrainer.errors import ConfigError
+from rltrainer.policy_spec import PolicySpec
 
 
 def as_tensor(value: Any) -> torch.Tensor:
@@ -232,11 +233,20 @@ class Policy:
         return fetches
 
     @classmethod
-    def from_checkpoint(cls, checkpoint_path: Any, storage_options: dict[str, Any] | None = None) -> Policy:
+    def from_checkpoint(
+        cls,
+        checkpoint_path: Any,
+        storage_options: dict[str, Any] | None = None,
+        policy_id: str | None = None,
+        policy_ids: list[str] | None = None,
+    ) -> Any:
         """A checkpoint's policy, from the checkpoint alone (no env, learner or Ray): the
         algorithm's policy class with the checkpoint's config, spaces and weights, and its
         observation filter as ``observation_filter``. ``checkpoint_path``: a folder, an
-        ``s3://`` URI (``storage_options`` as the config's) or a Tune checkpoint."""
+        ``s3://`` URI (``storage_options`` as the config's) or a Tune checkpoint.
+
+        A multi-agent checkpoint gives ``{policy id: Policy}`` (all, or ``policy_ids``), or with
+        ``policy_id`` that one policy."""
         from rltrainer.algorithms.registry import get_algorithm_class
         from rltrainer.checkpoint_store import checkpoint_uri, open_checkpoint
         from rltrainer.core.filters import make_filter
@@ -251,6 +261,12 @@ class Policy:
                 config = algo_class.config_class.from_dict(meta["config"])
             except ConfigError as err:
                 raise CheckpointError(f"checkpoint {path!r} has an invalid config: {err}") from None
+            if "policies" in meta:  # multi-agent: one file set per policy
+                from rltrainer.algorithms.multi_agent import load_policy
+
+                if policy_id is not None:
+                    return load_policy(checkpoint, policy_id, config)
+                return {pid: load_policy(checkpoint, pid, config) for pid in policy_ids or meta["policies"]}
             spaces_ = (space_from_json(meta["observation_space"]), space_from_json(meta["action_space"]))
             policy = config.get_policy_class()(*spaces_, config)
             if not issubclass(type(policy), cls):
@@ -505,3 +521,6 @@ class Policy:
         if config.clip_actions:
             return lambda a: np.clip(a, low, high)
         return None
+
+
+__all__ = ["Policy", "PolicySpec", "as_tensor", "pack_state"]

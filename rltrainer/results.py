@@ -131,6 +131,15 @@ TIMER_KEYS: tuple[str, ...] = (
 PERF_KEYS: tuple[str, ...] = ("cpu_util_percent", "ram_util_percent")
 
 
+#: What multi-agent results add (per-policy returns are ``policy_reward_mean/<policy id>``).
+MULTI_AGENT_KEYS: tuple[str, ...] = (
+    "num_agent_steps_sampled",
+    "num_agent_steps_sampled_lifetime",
+    "agent_timesteps_total",
+    "num_agent_steps_trained",
+)
+
+
 def _rllib_names(keys: tuple[str, ...] | list[str], prefix: str = "") -> list[str]:
     """The RLlib-named keys ``add_rllib_keys`` derives from ``keys`` (for stop criteria)."""
     old = [EPISODE_ALIASES[k] for k in EPISODE_ALIASES if k in keys]
@@ -153,6 +162,7 @@ def result_keys_for(stat_keys: tuple[str, ...] = ()) -> list[str]:
         "num_env_steps_sampled_this_iter",
         "num_env_steps_trained_this_iter",
         "num_env_steps_trained_lifetime",
+        *MULTI_AGENT_KEYS,
         "info/num_env_steps_sampled",
         "info/num_env_steps_trained",
         *(f"info/learner/default_policy/learner_stats/{k}" for k in stat_keys),
@@ -165,7 +175,8 @@ def result_keys_for(stat_keys: tuple[str, ...] = ()) -> list[str]:
 def add_rllib_keys(metrics: dict[str, Any], learner_stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """Add RLlib's names and groupings of the same numbers to a result (or to its
     ``evaluation`` metrics): ``episode_reward_mean|min|max``, ``sampler_results/...`` and
-    ``env_runners/...``, and with ``learner_stats`` ``info/learner/default_policy/learner_stats/...``.
+    ``env_runners/...``, and with ``learner_stats`` (``{policy id: stats}``)
+    ``info/learner/<policy id>/learner_stats/...``.
     Derived from what is there, never computed a second time. Returns ``metrics``."""
     for ours, theirs in EPISODE_ALIASES.items():
         if ours in metrics:
@@ -175,7 +186,7 @@ def add_rllib_keys(metrics: dict[str, Any], learner_stats: dict[str, Any] | None
     metrics["env_runners"] = {**grouped, **metrics["sampler_results"]}
     if learner_stats is not None:
         metrics["info"] = {
-            "learner": {"default_policy": {"learner_stats": dict(learner_stats)}},
+            "learner": {pid: {"learner_stats": dict(stats)} for pid, stats in learner_stats.items()},
             "num_env_steps_sampled": metrics["num_env_steps_sampled_lifetime"],
             "num_env_steps_trained": metrics["num_env_steps_trained_lifetime"],
         }

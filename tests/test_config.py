@@ -12,12 +12,17 @@ import pytest
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig, ModelConfig
 from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.ppo import PPO, PPOConfig
+from rltrainer.policy import PolicySpec
 from tests import envs
 
 
 # A valid, non-default value for every key a builder method accepts.
 class NoOpCallbacks(DefaultCallbacks):
     pass
+
+
+def _observation_fn(agent_obs, worker, base_env, policies, episode):  # noqa: ARG001
+    return agent_obs
 
 
 VALID_VALUES = {
@@ -31,6 +36,12 @@ VALID_VALUES = {
     "disable_env_checking": True,
     "env_task_fn": "tests.envs:level_by_timesteps",
     "callbacks_class": NoOpCallbacks,
+    "policies": {"p0": PolicySpec(), "p1": PolicySpec(config={"lr": 1e-3})},
+    "policy_mapping_fn": "rltrainer.env.multi_agent_examples:policy_per_agent",
+    "policies_to_train": ["p0"],
+    "count_steps_by": "agent_steps",
+    "policy_states_are_swappable": True,
+    "observation_fn": "tests.test_config:_observation_fn",
     "keep_per_episode_custom_metrics": True,
     "num_env_runners": 2,
     "num_envs_per_env_runner": 4,

@@ -68,6 +68,8 @@ class Counters:
     episodes_total: int = 0
     time_total_s: float = 0.0
     num_env_steps_trained: int = 0
+    agent_timesteps_total: int = 0  # multi-agent: agent steps sampled
+    num_agent_steps_trained: int = 0
 
 
 class Algorithm(Trainable):
@@ -148,19 +150,26 @@ class Algorithm(Trainable):
             self.env_runner_group = EnvRunnerGroup(config, self._placement)
             self.workers = self.env_runner_group  # RLlib's older name
             local = self.env_runner_group.local_worker()
-            self.observation_space = local.observation_space
-            self.action_space = local.action_space
+            self._multi_agent = config.is_multi_agent
+            # A multi-agent algorithm has no one pair of spaces: each policy has its own (get_policy(pid)).
+            self.observation_space = None if self._multi_agent else local.observation_space
+            self.action_space = None if self._multi_agent else local.action_space
             self._evaluation = Evaluation(self, self._placement)  # remote evaluation runners start here
-            # The learner trains its own copy of the network; runners get its weights after each update.
-            factory = partial(
-                make_learner,
-                type(self).learner_class,
-                self.observation_space,
-                self.action_space,
-                config,
-                custom_models=ModelCatalog.registered(),
-            )
-            self.learner_group = LearnerGroup(factory, config, self._placement, self._learner_device())
+            if self._multi_agent:  # a LearnerGroup per trainable policy (rltrainer.algorithms.multi_agent)
+                from rltrainer.algorithms.multi_agent import build_learners
+
+                self.learner_group = build_learners(self, self._learner_device())
+            else:
+                # The learner trains its own copy of the network; runners get its weights after each update.
+                factory = partial(
+                    make_learner,
+                    type(self).learner_class,
+                    self.observation_space,
+                    self.action_space,
+                    config,
+                    custom_models=ModelCatalog.registered(),
+                )
+                self.learner_group = LearnerGroup(factory, config, self._placement, self._learner_device())
         except BaseException:
             if hasattr(self, "env_runner_group"):
                 self.env_runner_group.stop()
@@ -170,10 +179,14 @@ class Algorithm(Trainable):
             self._placement = None
             raise
         self._built = True
-        self.env_runner_group.sync_weights(self.learner_group.get_weights())
+        if self._multi_agent:  # frozen policies too: every runner acts with the driver's weights
+            self.env_runner_group.sync_weights({**local.get_weights(), **self.learner_group.get_weights()})
+        else:
+            self.env_runner_group.sync_weights(self.learner_group.get_weights())
         self.counters = Counters()
         self._episodes: deque[EpisodeStats] = deque(maxlen=config.metrics_num_episodes_for_smoothing)
         self._iteration_samples = 0
+        self._iteration_agent_steps = 0
         self._iteration_episodes: list[EpisodeStats] = []
         self._timers: dict[str, float] = {}  # seconds per phase of the current iteration
         self._cache_dir: Path | None = None  # local copy of an s3:// trial's result files
@@ -209,6 +222,10 @@ class Algorithm(Trainable):
             steps = sum(rollout.num_steps for rollout in rollouts)
         self.counters.timesteps_total += steps
         self._iteration_samples += steps
+        if self._multi_agent:
+            agent_steps = sum(getattr(rollout, "agent_steps", 0) for rollout in rollouts)
+            self.counters.agent_timesteps_total += agent_steps
+            self._iteration_agent_steps += agent_steps
         self._iteration_episodes.extend(episodes)
         self._episodes.extend(episodes)
 
@@ -253,6 +270,7 @@ class Algorithm(Trainable):
         """
         start = time.perf_counter()
         self._iteration_samples, self._iteration_episodes, self._timers = 0, [], {}
+        self._iteration_agent_steps = 0
         trained_before = self.counters.num_env_steps_trained
         cfg = self.config
         # evaluation_parallel_to_training: evaluating (in a thread) while the training step runs.
@@ -271,6 +289,9 @@ class Algorithm(Trainable):
         self.counters.training_iteration += 1
         self.counters.episodes_total += len(self._iteration_episodes)
         self.counters.time_total_s += elapsed
+        learner_info = {"default_policy": stats}
+        if self._multi_agent:  # {policy id: stats}: reported under info/learner/<policy id>/ only
+            learner_info, stats = stats, {}
         result = {
             "training_iteration": self.counters.training_iteration,
             "timesteps_total": self.counters.timesteps_total,
@@ -297,7 +318,9 @@ class Algorithm(Trainable):
         result["num_env_steps_sampled_this_iter"] = result["num_env_steps_sampled"]
         result["num_env_steps_trained_this_iter"] = result["num_env_steps_trained"]
         result["num_env_steps_trained_lifetime"] = self.counters.num_env_steps_trained
-        add_rllib_keys(result, stats)
+        if self._multi_agent:
+            self._add_multi_agent_metrics(result)
+        add_rllib_keys(result, learner_info)
         if self._evaluation.due(self.counters.training_iteration):
             result.update(parallel.result() if parallel is not None else self.evaluate())
         elif cfg.always_attach_evaluation_results and self._evaluation.last_results is not None:
@@ -314,6 +337,20 @@ class Algorithm(Trainable):
         ):
             result[SHOULD_CHECKPOINT] = True
         return result
+
+    def _add_multi_agent_metrics(self, result: dict[str, Any]) -> None:
+        """Per-policy returns (``policy_reward_mean`` ...) and agent-step counts."""
+        from rltrainer.algorithms.multi_agent import policy_metrics
+
+        metrics = policy_metrics(self._episodes)
+        result["hist_stats"].update(metrics.pop("policy_hist_stats"))
+        result.update(metrics)
+        trained = self.learner_group.agent_steps_trained
+        result["num_agent_steps_sampled"] = self._iteration_agent_steps
+        result["num_agent_steps_sampled_lifetime"] = self.counters.agent_timesteps_total
+        result["agent_timesteps_total"] = self.counters.agent_timesteps_total
+        result["num_agent_steps_trained"] = trained - self.counters.num_agent_steps_trained
+        self.counters.num_agent_steps_trained = trained
 
     @property
     def iteration(self) -> int:
@@ -351,9 +388,76 @@ class Algorithm(Trainable):
     evaluation_workers = eval_env_runner_group  # RLlib's older name
 
     # --- inference ----------------------------------------------------------------------
-    def get_policy(self, policy_id: str = "default_policy") -> Policy:  # noqa: ARG002
-        """The policy the env runners act with (weights as of the last update)."""
-        return self.env_runner_group.local_worker().policy
+    def get_policy(self, policy_id: str = "default_policy") -> Policy:
+        """The policy the env runners act with (weights as of the last update); in a
+        multi-agent algorithm the one named ``policy_id``."""
+        local = self.env_runner_group.local_worker()
+        return local.get_policy(policy_id) if self._multi_agent else local.policy
+
+    def add_policy(
+        self,
+        policy_id: str,
+        policy_cls: Any = None,
+        policy: Policy | None = None,
+        *,
+        observation_space: Any = None,
+        action_space: Any = None,
+        config: dict[str, Any] | None = None,
+        policy_spec: Any = None,
+        policy_mapping_fn: Any = None,
+        policies_to_train: Any = None,
+        policy_state: dict[str, Any] | None = None,
+        **kwargs: Any,  # noqa: ARG002 - RLlib's other arguments (evaluation_workers, ...): always all runners
+    ) -> Policy:
+        """Add a policy to a multi-agent algorithm at run time (RLlib's ``Algorithm.add_policy``):
+        every env runner (training and evaluation) gets it, with ``policy``'s weights (e.g. a
+        snapshot: ``add_policy("main_v1", policy=algo.get_policy("main"))``) or
+        ``policy_state={"weights": ...}``, else freshly initialized ones. It learns only when
+        ``policies_to_train`` names it. ``policy_mapping_fn`` replaces the mapping, from each
+        env's next episode. Returns the driver's copy of the policy."""
+        from rltrainer.algorithms.multi_agent import add_policy
+        from rltrainer.policy_spec import PolicySpec
+
+        self._require_multi_agent("add_policy")
+        if policy_spec is None:
+            source = policy
+            policy_spec = PolicySpec(
+                policy_cls,
+                observation_space or (source.observation_space if source is not None else None),
+                action_space or (source.action_space if source is not None else None),
+                dict(config or {}),
+            )
+        weights = None
+        if policy is not None:
+            weights = policy.get_weights()
+        elif policy_state is not None:
+            weights = policy_state.get("weights", policy_state)
+        to_train = None if policies_to_train is None else list(policies_to_train)
+        trainable = to_train is not None and policy_id in to_train
+        return add_policy(self, policy_id, policy_spec, weights, trainable, policy_mapping_fn, to_train)
+
+    def remove_policy(
+        self,
+        policy_id: str = "default_policy",
+        *,
+        policy_mapping_fn: Any = None,
+        policies_to_train: Any = None,
+        **kwargs: Any,  # noqa: ARG002 - RLlib's other arguments: always all runners
+    ) -> None:
+        """Remove a policy from every env runner and stop training it (RLlib's ``remove_policy``)."""
+        from rltrainer.algorithms.multi_agent import remove_policy
+
+        self._require_multi_agent("remove_policy")
+        remove_policy(
+            self, policy_id, policy_mapping_fn, None if policies_to_train is None else list(policies_to_train)
+        )
+
+    def _require_multi_agent(self, what: str) -> None:
+        if not self._multi_agent:
+            raise ConfigError(
+                f"{what}: this algorithm trains one policy on a single-agent env; policies are added to "
+                "multi-agent configs (.multi_agent(policies=..., policy_mapping_fn=...) with a MultiAgentEnv)"
+            )
 
     def compute_single_action(
         self,
@@ -362,7 +466,7 @@ class Algorithm(Trainable):
         prev_action: Any = None,
         prev_reward: float | None = None,
         info: dict | None = None,  # noqa: ARG002
-        policy_id: str = "default_policy",  # noqa: ARG002 - one policy
+        policy_id: str = "default_policy",
         full_fetch: bool = False,
         explore: bool | None = None,
     ) -> Any:
@@ -380,6 +484,7 @@ class Algorithm(Trainable):
             None if prev_action is None else [prev_action],
             None if prev_reward is None else [prev_reward],
             explore,
+            policy_id,
         )
         action = index_obs(actions, 0)  # a Dict/Tuple action's parts, too
         if not full_fetch and state is None and not state_out:
@@ -396,15 +501,18 @@ class Algorithm(Trainable):
         prev_reward: Any = None,
         explore: bool | None = None,
         full_fetch: bool = False,
+        policy_id: str = "default_policy",
+        **kwargs: Any,  # noqa: ARG002 - RLlib's info, episodes, unsquash_actions, ...
     ) -> Any:
-        """Actions for a list (or dict by key) of raw observations. For an LSTM policy, ``state``
+        """Actions for a list (or dict by key, e.g. ``{agent_id: obs}``) of raw observations,
+        all computed by policy ``policy_id``. For an LSTM policy, ``state``
         is ``[h_batch, c_batch]`` (``None``: initial states) and the result is ``(actions,
         state_out, extra)``, as with ``full_fetch``."""
         if not isinstance(state, (list, tuple, type(None))):  # the older form compute_actions(obs, explore)
             state, explore = None, state
         keys = list(observations) if isinstance(observations, dict) else None
         items = [observations[k] for k in keys] if keys is not None else list(observations)
-        actions, state_out, extra = self._compute(items, state, prev_action, prev_reward, explore)
+        actions, state_out, extra = self._compute(items, state, prev_action, prev_reward, explore, policy_id)
         if isinstance(actions, dict | tuple):  # a Dict/Tuple action per observation
             actions = [index_obs(actions, i) for i in range(len(items))]
         if keys is not None:
@@ -414,15 +522,25 @@ class Algorithm(Trainable):
         return actions, state_out, extra
 
     def _compute(
-        self, items: list[Any], state: Any, prev_actions: Any, prev_rewards: Any, explore: bool | None
+        self,
+        items: list[Any],
+        state: Any,
+        prev_actions: Any,
+        prev_rewards: Any,
+        explore: bool | None,
+        policy_id: str = "default_policy",
     ) -> tuple[np.ndarray, list[np.ndarray], dict[str, np.ndarray]]:
         """Env actions, state outs and extra fetches for raw observations."""
         runner = self.env_runner_group.local_worker()
-        policy = runner.policy
-        flat = runner.filter(
+        policy = self.get_policy(policy_id)
+        observation_filter = runner.filter.filters[policy_id] if self._multi_agent else runner.filter
+        flat = observation_filter(
             np.concatenate([policy.preprocessor.transform_one(o) for o in items]), update=False
         )
         explore = self.config.explore if explore is None else explore
+        if getattr(policy, "custom_compute", False):  # a policy class with its own compute_actions
+            actions, _, extra = policy.compute_actions(flat, explore=explore)
+            return np.asarray(actions), [], extra
         if not policy.recurrent:
             out = policy.compute(flat, explore)
             return out["env_actions"], [], policy.extra_fetches(flat, out)
@@ -441,12 +559,12 @@ class Algorithm(Trainable):
     def export_policy_model(
         self,
         export_dir: str,
-        policy_id: str = "default_policy",  # noqa: ARG002 - one policy
+        policy_id: str = "default_policy",
         onnx: int | None = None,
     ) -> str:
-        """RLlib's ``Algorithm.export_policy_model``: ``get_policy().export_model(export_dir,
+        """RLlib's ``Algorithm.export_policy_model``: ``get_policy(policy_id).export_model(export_dir,
         onnx)`` (the observation filter included); returns the model file's path."""
-        return self.get_policy().export_model(export_dir, onnx=onnx)
+        return self.get_policy(policy_id).export_model(export_dir, onnx=onnx)
 
     # --- checkpoints ----------------------------------------------------------------------
     def save(self, checkpoint_dir: str | None = None) -> Any:
@@ -472,12 +590,26 @@ class Algorithm(Trainable):
         return self._write_checkpoint(checkpoint_dir)
 
     def _write_checkpoint(self, checkpoint_dir: str) -> str:
-        state = self.learner_group.get_state()
+        if self._multi_agent:
+            from rltrainer.algorithms.multi_agent import checkpoint_parts
+
+            policy_meta, policy_tensors, policy_arrays = checkpoint_parts(self)
+            state = {"extra": policy_meta.pop("learner")}
+        else:
+            state = self.learner_group.get_state()
+            policy_meta = {
+                "observation_space": space_to_json(self.observation_space),
+                "action_space": space_to_json(self.action_space),
+            }
+            policy_tensors = {
+                "policy.safetensors": state["weights"],
+                "optimizer.safetensors": state["optimizer"],
+            }
+            policy_arrays = {"filter.npz": self.env_runner_group.local_worker().get_filter_state()}
         metadata = {
             "algorithm": type(self).__name__,
             "config": self.config.to_dict(),
-            "observation_space": space_to_json(self.observation_space),
-            "action_space": space_to_json(self.action_space),
+            **policy_meta,
             "counters": dataclasses.asdict(self.counters),
             "learning_curve": {
                 "episode_returns": [e.episode_return for e in self._episodes],
@@ -489,13 +621,7 @@ class Algorithm(Trainable):
             "saved_at": time.time(),
             "score": self._checkpoint_score(),
         }
-        files = {
-            "tensors": {"policy.safetensors": state["weights"], "optimizer.safetensors": state["optimizer"]},
-            "arrays": {
-                "filter.npz": self.env_runner_group.local_worker().get_filter_state(),
-                **self.checkpoint_arrays(),
-            },
-        }
+        files = {"tensors": policy_tensors, "arrays": {**policy_arrays, **self.checkpoint_arrays()}}
         if is_remote(checkpoint_dir):
             with tempfile.TemporaryDirectory(prefix="rltrainer_save_") as tmp:
                 write_checkpoint(tmp, metadata, **files)
@@ -611,6 +737,36 @@ class Algorithm(Trainable):
             raise CheckpointError(
                 f"cannot restore a {meta['algorithm']} checkpoint into {type(self).__name__}"
             )
+        saved_filter = meta.get("observation_filter", "NoFilter")
+        if saved_filter != self.config.observation_filter:
+            raise CheckpointError(
+                f"checkpoint {checkpoint.source!r} was trained with observation_filter="
+                f"{saved_filter!r}; set env_runners(observation_filter={saved_filter!r}) to restore it"
+            )
+        if self._multi_agent:
+            from rltrainer.algorithms.multi_agent import restore
+
+            restore(self, checkpoint)
+        else:
+            self._restore_policy(checkpoint)
+        self.counters = Counters(**meta["counters"])
+        self.restore_arrays(checkpoint)
+        curve = meta.get("learning_curve", {})
+        self._episodes.clear()
+        self._episodes.extend(
+            EpisodeStats(r, n)
+            for r, n in zip(curve.get("episode_returns", []), curve.get("episode_lens", []), strict=True)
+        )
+        call_hook(self.callbacks, "on_checkpoint_loaded", algorithm=self)
+
+    def _restore_policy(self, checkpoint: Checkpoint) -> None:
+        """A single-agent checkpoint's weights, optimizer and filter (checked before any is loaded)."""
+        meta = checkpoint.metadata
+        if "policies" in meta:
+            raise CheckpointError(
+                f"checkpoint {checkpoint.source!r} is multi-agent (policies {', '.join(meta['policies'])}); "
+                "restore it into an algorithm with the same multi_agent() config"
+            )
         # Check everything that can fail before changing any state: no half-restored algorithm.
         for key, space in (
             ("observation_space", self.observation_space),
@@ -621,12 +777,6 @@ class Algorithm(Trainable):
                     f"checkpoint {checkpoint.source!r} was trained with {key} {meta.get(key)}, "
                     f"but this env has {space_to_json(space)}"
                 )
-        saved_filter = meta.get("observation_filter", "NoFilter")
-        if saved_filter != self.config.observation_filter:
-            raise CheckpointError(
-                f"checkpoint {checkpoint.source!r} was trained with observation_filter="
-                f"{saved_filter!r}; set env_runners(observation_filter={saved_filter!r}) to restore it"
-            )
         learner = self.learner_group.local_learner
         weights = checkpoint.tensors("policy.safetensors")
         expected = {name: tuple(t.shape) for name, t in learner.module.state_dict().items()}
@@ -644,15 +794,6 @@ class Algorithm(Trainable):
         self.learner_group.set_state(state)
         self.env_runner_group.sync_weights(self.learner_group.get_weights())
         self.env_runner_group.set_filter_state(filter_state)
-        self.counters = Counters(**meta["counters"])
-        self.restore_arrays(checkpoint)
-        curve = meta.get("learning_curve", {})
-        self._episodes.clear()
-        self._episodes.extend(
-            EpisodeStats(r, n)
-            for r, n in zip(curve.get("episode_returns", []), curve.get("episode_lens", []), strict=True)
-        )
-        call_hook(self.callbacks, "on_checkpoint_loaded", algorithm=self)
 
     # --- results folder -------------------------------------------------------------------
     @property

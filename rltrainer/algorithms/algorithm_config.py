@@ -209,6 +209,9 @@ class AlgorithmConfig(BaseModel):
     #: The statistics the algorithm's learner reports in every result (its ``STAT_KEYS``).
     STAT_KEYS: ClassVar[tuple[str, ...]] = ()
 
+    #: Whether ``multi_agent()`` configs train (PPO and the replay-based algorithms).
+    SUPPORTS_MULTI_AGENT: ClassVar[bool] = False
+
     #: Builder method name -> the fields it sets. Subclasses extend "training".
     SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "environment": (
@@ -264,6 +267,14 @@ class AlgorithmConfig(BaseModel):
             "store_buffer_in_checkpoints",
         ),
         "callbacks": ("callbacks_class",),
+        "multi_agent": (
+            "policies",
+            "policy_mapping_fn",
+            "policies_to_train",
+            "count_steps_by",
+            "policy_states_are_swappable",
+            "observation_fn",
+        ),
         "debugging": ("log_level", "seed", "logger_config", "on_nonfinite"),
         "offline_data": (
             "input_",
@@ -424,6 +435,26 @@ class AlgorithmConfig(BaseModel):
     """A ``DefaultCallbacks`` subclass (or a list of them, run in order, or
     ``"package.module:Class"``) whose hooks run in the driver, env runners and learners."""
 
+    # --- multi-agent ---------------------------------------------------------------
+    policies: Any = None
+    """``None``: one policy (``"default_policy"``, for every agent of a multi-agent env); a set of
+    policy ids (spaces inferred from the agents mapped to each) or ``{id: PolicySpec(...)}``."""
+    policy_mapping_fn: Any = None
+    """``fn(agent_id, episode, worker, **kwargs) -> policy id``, asked once per agent and
+    episode; a function or ``"package.module:function"``. Needed with more than one policy."""
+    policies_to_train: Any = None
+    """The policies that learn: ``None`` (all), a list of ids, or ``fn(policy_id, batch) -> bool``;
+    the others act with fixed weights (opponents, snapshots)."""
+    count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"
+    """What ``train_batch_size`` and ``rollout_fragment_length`` count in a multi-agent env: env
+    steps, or agent steps (each agent's action is one)."""
+    policy_states_are_swappable: bool = False
+    """RLlib's hint for swapping policies in and out of a capped policy map; rltrainer keeps every
+    policy in memory, so it changes nothing (accepted for compatibility)."""
+    observation_fn: Any = None
+    """``fn(agent_obs, worker, base_env, policies, episode) -> agent_obs``: rewrite each env's
+    observation dict before the policies see it (e.g. add other agents' observations)."""
+
     # --- checkpointing -----------------------------------------------------------
     checkpoint_frequency: int = Field(0, ge=0)
     """Save a checkpoint every this many ``train()`` calls (0: never automatically)."""
@@ -534,6 +565,8 @@ class AlgorithmConfig(BaseModel):
     # Tune search spaces by field (``training(lr=tune.grid_search([...]))``): ``to_dict()`` hands
     # them to Tune; the field keeps its value until a trial's config resolves them.
     _search_space: dict[str, Any] = PrivateAttr(default_factory=dict)
+    # Whether the env is a MultiAgentEnv (created once to find out; None: not asked yet).
+    _env_is_multi_agent: bool | None = PrivateAttr(default=None)
 
     def __init__(self, algo_class: type | None = None, **data: Any) -> None:
         super().__init__(**data)
@@ -583,6 +616,11 @@ class AlgorithmConfig(BaseModel):
             kwargs["callbacks_class"] = callbacks_class
         return self._update("callbacks", kwargs)
 
+    def multi_agent(self, **kwargs: Any) -> AlgorithmConfig:
+        """Several policies: which exist, which agent acts with which, which learn (README,
+        "Multi-agent training")."""
+        return self._update("multi_agent", kwargs)
+
     def debugging(self, **kwargs: Any) -> AlgorithmConfig:
         """Log level, random seed and result writers."""
         return self._update("debugging", kwargs)
@@ -617,7 +655,16 @@ class AlgorithmConfig(BaseModel):
         out["framework"] = out.pop("framework_str")
         if isinstance(self.env, type):
             out["env"] = object_path(self.env)
-        for key in ("env_task_fn", "custom_evaluation_function"):
+        from rltrainer.policy_spec import policies_to_json
+
+        out["policies"] = policies_to_json(self.policies)
+        for key in (
+            "env_task_fn",
+            "custom_evaluation_function",
+            "policy_mapping_fn",
+            "policies_to_train",
+            "observation_fn",
+        ):
             if callable(getattr(self, key)):
                 out[key] = object_path(getattr(self, key))
         from rltrainer.algorithms.callbacks import callbacks_to_json
@@ -742,6 +789,44 @@ class AlgorithmConfig(BaseModel):
                 raise ConfigError(f"evaluation_config: {str(err).removeprefix('config(): ')}") from None
         _check_evaluation(self)
         _check_offline(self)
+        if self.is_multi_agent:
+            _check_multi_agent(self)
+
+    @property
+    def is_multi_agent(self) -> bool:
+        """Whether this config trains in a multi-agent env: ``multi_agent(policies=...)`` or
+        ``policy_mapping_fn`` was set, or the env is a ``MultiAgentEnv`` (or a PettingZoo env)."""
+        if self.policies is not None or self.policy_mapping_fn is not None:
+            return True
+        if self._env_is_multi_agent is None:
+            from rltrainer.env.multi_agent_env_runner import env_is_multi_agent
+
+            self._env_is_multi_agent = env_is_multi_agent(self.env, self.env_config)
+        return self._env_is_multi_agent
+
+    def get_multi_agent_setup(self) -> dict[str, Any]:
+        """``{policy id: PolicySpec}`` of a multi-agent config (``{"default_policy": ...}`` when
+        no ``policies`` were given)."""
+        from rltrainer.policy_spec import DEFAULT_POLICY_ID, PolicySpec
+
+        return dict(self.policies) if self.policies is not None else {DEFAULT_POLICY_ID: PolicySpec()}
+
+    def policy_config(self, policy_id: str) -> AlgorithmConfig:
+        """This config with policy ``policy_id``'s own settings (its ``PolicySpec.config``) applied."""
+        spec = self.get_multi_agent_setup().get(policy_id)
+        if spec is None or not spec.config:
+            return self
+        overrides = dict(spec.config)
+        if isinstance(overrides.get("model"), dict):
+            overrides["model"] = {**self.model.model_dump(), **overrides["model"]}
+        clone = self.copy()
+        try:
+            clone.update_from_dict(overrides)
+        except ConfigError as err:
+            raise ConfigError(
+                f"policy {policy_id!r}'s config: {str(err).removeprefix('config(): ')}"
+            ) from None
+        return clone
 
     def get_rollout_fragment_length(self) -> int:
         """Steps per env per sample call, deriving "auto" from the train batch size."""
@@ -934,6 +1019,34 @@ class AlgorithmConfig(BaseModel):
             'must be a function (train_results, env, env_ctx) -> task, or "package.module:function"'
         )
 
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _policies(cls, value: Any) -> Any:
+        from rltrainer.policy_spec import parse_policies
+
+        return parse_policies(value)
+
+    @field_validator("policies_to_train", mode="before")
+    @classmethod
+    def _policies_to_train(cls, value: Any) -> Any:
+        from rltrainer.policy_spec import parse_policies_to_train
+
+        return parse_policies_to_train(value)
+
+    @field_validator("policy_mapping_fn")
+    @classmethod
+    def _policy_mapping_fn(cls, fn: Any) -> Any:
+        from rltrainer.policy_spec import check_callable_setting
+
+        return check_callable_setting(fn, "(agent_id, episode, worker, **kwargs) -> policy id")
+
+    @field_validator("observation_fn")
+    @classmethod
+    def _observation_fn(cls, fn: Any) -> Any:
+        from rltrainer.policy_spec import check_callable_setting
+
+        return check_callable_setting(fn, "(agent_obs, worker, base_env, policies, episode) -> agent_obs")
+
     @field_validator("custom_evaluation_function")
     @classmethod
     def _custom_evaluation_function(cls, fn: Any) -> Any:
@@ -1088,6 +1201,53 @@ def _check_offline(config: AlgorithmConfig) -> None:
         raise ConfigError(
             "offline_data(input_=...) does not feed recurrent policies (model.use_lstm=True): "
             "recorded rows carry no LSTM states; train from input_='sampler' or without use_lstm"
+        )
+
+
+def _check_multi_agent(config: AlgorithmConfig) -> None:
+    """What a multi-agent config must hold together (spaces and the mapping are checked when
+    the env runners are built, against the env's agents)."""
+    from rltrainer.policy_spec import mapping_function
+
+    name = config.ALGORITHM or type(config).__name__
+    if not config.SUPPORTS_MULTI_AGENT:
+        raise ConfigError(
+            f"{name} trains one policy on single-agent envs; multi-agent configs (policies, "
+            "policy_mapping_fn, or a MultiAgentEnv) train with PPO, DQN, SAC, DDPG or TD3"
+        )
+    policies = config.get_multi_agent_setup()
+    if isinstance(config.policies_to_train, list):
+        unknown = [pid for pid in config.policies_to_train if pid not in policies]
+        if unknown:
+            raise ConfigError(
+                f"multi_agent(): policies_to_train names unknown policy {unknown[0]!r}; "
+                f"policies: {', '.join(policies)}"
+            )
+    mapping_function(config)  # ConfigError: several policies without a mapping, or a bad name
+    from rltrainer.utils.import_paths import resolve_function
+
+    resolve_function("observation_fn", config.observation_fn)
+    for pid, spec in policies.items():
+        if spec.config:
+            unknown = sorted(set(spec.config) - set(config._all_fields()) - set(ALIASES))
+            if unknown:
+                raise ConfigError(
+                    f"policy {pid!r}'s config has unknown key(s) {unknown}; allowed: any setting of "
+                    f"{type(config).__name__} (e.g. lr, gamma, model)"
+                )
+            config.policy_config(pid)
+    if config.model.use_lstm or any(config.policy_config(pid).model.use_lstm for pid in policies):
+        raise ConfigError(
+            "model.use_lstm: recurrent policies train on single-agent envs only; multi-agent "
+            "policies are feed-forward (set use_lstm=False)"
+        )
+    if config.is_offline:
+        raise ConfigError(
+            "offline_data(input_=...) feeds single-agent training; multi-agent configs sample their envs"
+        )
+    if config.env_task_fn is not None:
+        raise ConfigError(
+            "env_task_fn sets tasks on single-agent TaskSettableEnvs; a multi-agent config cannot use it"
         )
 
 

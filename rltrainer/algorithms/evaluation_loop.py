@@ -71,6 +71,11 @@ class Evaluation:
             self._group = self._make_group()
         return self._group
 
+    def foreach_runner(self, fn: Any) -> None:
+        """``fn(runner)`` on every evaluation env runner made so far (none: nothing to do)."""
+        if self._group is not None:
+            self._group.foreach_worker(fn)
+
     def _make_group(self) -> EnvRunnerGroup:
         cfg = self.config
         eval_config = cfg.get_evaluation_config()
@@ -218,6 +223,12 @@ class Evaluation:
         metrics["episodes_this_iter"] = len(episodes)
         metrics["num_env_steps_sampled"] = steps
         metrics["episode_returns"] = [e.episode_return for e in episodes]
+        if any(e.policy_returns for e in episodes):  # multi-agent: each policy's agents' returns
+            from rltrainer.algorithms.multi_agent import policy_metrics
+
+            per_policy = policy_metrics(episodes)
+            metrics["hist_stats"].update(per_policy.pop("policy_hist_stats"))
+            metrics.update(per_policy)
         return metrics
 
     def stop(self) -> None:

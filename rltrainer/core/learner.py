@@ -206,11 +206,13 @@ def make_learner(
     config: Any,
     device: str,
     custom_models: dict[str, type] | None = None,
+    policy_class: type | None = None,
 ) -> Learner:
     """A learner with a freshly initialized network (shipped to learner actors by Ray, with
-    the driver's ``ModelCatalog`` registrations)."""
+    the driver's ``ModelCatalog`` registrations); ``policy_class`` builds the network (default:
+    the algorithm's)."""
     from rltrainer.models.catalog import ModelCatalog
 
     ModelCatalog.register_all(custom_models)
-    policy = config.get_policy_class()(observation_space, action_space, config)
+    policy = (policy_class or config.get_policy_class())(observation_space, action_space, config)
     return learner_class(policy.model, policy.dist_class, config, device=device)

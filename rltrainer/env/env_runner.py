@@ -154,6 +154,7 @@ class EpisodeStats(NamedTuple):
     episode_len: int
     custom_metrics: dict[str, float] | None = None  # set by callbacks (Episode.custom_metrics)
     hist_data: dict[str, list[float]] | None = None
+    policy_returns: tuple[tuple[str, float], ...] | None = None  # multi-agent: (policy id, agent's return)
 
 
 def _not_task_settable(spec: Any, env: gym.Env, batched: bool) -> str:
@@ -172,6 +173,14 @@ def _not_task_settable(spec: Any, env: gym.Env, batched: bool) -> str:
     )
 
 
+def receive_registrations(env_creators: dict[str, Any] | None, custom_models: dict[str, type] | None) -> None:
+    """The driver's ``register_env`` and ``register_custom_model`` entries, in this process: they
+    are per process, so remote runners receive them."""
+    for name, creator in (env_creators or {}).items():
+        register_env(name, creator)
+    ModelCatalog.register_all(custom_models)
+
+
 class EnvRunner:
     """Samples rollouts from vectorized envs; the config decides envs, filter and batch mode."""
 
@@ -186,11 +195,7 @@ class EnvRunner:
         custom_models: dict[str, type] | None = None,
     ) -> None:
         """``in_evaluation``: a runner of the evaluation group (``policy_config["in_evaluation"]``)."""
-        # register_env() and register_custom_model() are per process: remote runners receive
-        # the driver's registrations.
-        for name, creator in (env_creators or {}).items():
-            register_env(name, creator)
-        ModelCatalog.register_all(custom_models)
+        receive_registrations(env_creators, custom_models)
         self.config = config
         self.in_evaluation = in_evaluation
         self._policy_config: dict[str, Any] | None = None
@@ -624,6 +629,12 @@ class EnvRunner:
     def get_policy(self, policy_id: str = "default_policy") -> Any:  # noqa: ARG002
         """The policy this runner acts with (RLlib's ``RolloutWorker.get_policy``)."""
         return self.policy
+
+    def foreach_policy(self, fn: Callable[..., Any]) -> list[Any]:
+        """``[fn(policy, "default_policy")]`` (RLlib's ``foreach_policy``; one policy here)."""
+        return [fn(self.policy, "default_policy")]
+
+    foreach_policy_to_train = foreach_policy
 
     @property
     def preprocessors(self) -> dict[str, Any]:

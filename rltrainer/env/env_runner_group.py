@@ -58,7 +58,13 @@ class EnvRunnerGroup:
         self._env_tasks: dict[int, list[Any]] = {}
         self._task_results: dict[str, Any] | None = None
         self._missed_task_call: set[int] = set()
-        self._local = EnvRunner(
+        # Multi-agent envs sample with their own runner class (the single-agent one is untouched).
+        self._runner_class = EnvRunner
+        if config.is_multi_agent:
+            from rltrainer.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+            self._runner_class = MultiAgentEnvRunner
+        self._local = self._runner_class(
             config,
             worker_index=local_worker_index,
             num_workers=config.num_env_runners,
@@ -90,7 +96,7 @@ class EnvRunnerGroup:
             env_runner_bundle(self.config), self._placement.env_runner_bundle(self._offset + index)
         )
         return (
-            ray.remote(EnvRunner)
+            ray.remote(self._runner_class)
             .options(**options)
             .remote(
                 self.config,
@@ -336,7 +342,7 @@ class EnvRunnerGroup:
         if self._remote:
             import ray
 
-            self._weights_ref = ray.put({name: np.asarray(value) for name, value in weights.items()})
+            self._weights_ref = ray.put(_as_numpy(weights))
             for runner in self._remote:
                 if runner is not None:
                     runner.set_weights.remote(self._weights_ref)
@@ -349,6 +355,23 @@ class EnvRunnerGroup:
     def foreach_worker(self, fn: Callable[[EnvRunner], Any], local_worker: bool = True) -> list[Any]:
         """``fn(runner)`` for each env runner (the function is shipped to the actors)."""
         return self.foreach_worker_with_index(lambda runner, _index: fn(runner), local_worker)
+
+    def foreach_policy(self, fn: Callable[..., Any]) -> list[Any]:
+        """``fn(policy, policy_id)`` for every policy of every env runner (RLlib's
+        ``WorkerSet.foreach_policy``), results in runner order."""
+        return [
+            result
+            for results in self.foreach_worker(lambda runner: runner.foreach_policy(fn))
+            for result in results
+        ]
+
+    def foreach_policy_to_train(self, fn: Callable[..., Any]) -> list[Any]:
+        """``fn(policy, policy_id)`` for every trainable policy of every env runner."""
+        return [
+            result
+            for results in self.foreach_worker(lambda runner: runner.foreach_policy_to_train(fn))
+            for result in results
+        ]
 
     def foreach_worker_with_index(
         self, fn: Callable[[EnvRunner, int], Any], local_worker: bool = True
@@ -487,6 +510,14 @@ class EnvRunnerGroup:
             return None, f"died during {what}: {_first_line(err)}"
         except RayTaskError as err:
             return None, f"raised during {what}: {_first_line(err.cause if err.cause else err)}"
+
+
+def _as_numpy(weights: dict[str, Any]) -> dict[str, Any]:
+    """Weights as numpy arrays for the object store (``{policy id: weights}`` nested, too)."""
+    return {
+        name: _as_numpy(value) if isinstance(value, dict) else np.asarray(value)
+        for name, value in weights.items()
+    }
 
 
 def _first_line(err: BaseException) -> str:

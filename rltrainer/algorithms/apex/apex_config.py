@@ -67,6 +67,7 @@ class ApexDQNConfig(ApexSettings, DQNConfig):
     """Ape-X DQN (RLlib's ``APEX``): DQN's settings with RLlib's Ape-X defaults."""
 
     ALGORITHM = "APEX"
+    SUPPORTS_MULTI_AGENT = False  # asynchronous sampling: single-agent
     SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = _apex_sections(DQNConfig, APEX_TRAINING)
 
     exploration_config: dict[str, Any] = Field(
@@ -83,6 +84,7 @@ class ApexDDPGConfig(ApexSettings, DDPGConfig):
     """Ape-X DDPG (RLlib's ``APEX_DDPG``): DDPG's settings with RLlib's Ape-X defaults."""
 
     ALGORITHM = "APEX_DDPG"
+    SUPPORTS_MULTI_AGENT = False
     SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = _apex_sections(DDPGConfig, APEX_TRAINING)
 
     exploration_config: dict[str, Any] = Field(

@@ -26,6 +26,7 @@ class CQLConfig(SACConfig):
     the env. Box actions only. The CQL settings' defaults are RLlib's; the rest are SAC's."""
 
     ALGORITHM = "CQL"
+    SUPPORTS_MULTI_AGENT = False  # trains from recorded single-agent data
     STAT_KEYS = (*SACConfig.STAT_KEYS, "cql_loss", "alpha_prime_value")
     SECTIONS = {**SACConfig.SECTIONS, "training": SACConfig.SECTIONS["training"] + CQL_TRAINING_KEYS}
 

@@ -33,18 +33,12 @@ class OffPolicyAlgorithm(Algorithm):
     def setup(self, config: Any) -> None:
         super().setup(config)
         cfg = self.config
-        policy = self.get_policy()
-        box = isinstance(self.action_space, spaces.Box)
-        self.replay_buffer: ReplayBuffer = make_replay_buffer(
-            cfg.replay_buffer_config,
-            obs_shape=(policy.preprocessor.size,),
-            # uint8 frames stay uint8 in the buffer (a MeanStdFilter's output is float32)
-            obs_dtype=policy.preprocessor.dtype if cfg.observation_filter == "NoFilter" else np.float32,
-            action_shape=self.action_space.shape if box else (),
-            action_dtype=np.float32 if box else np.int64,
-            seed=cfg.seed,
-        )
         self._update_credit = 0.0  # fractional gradient steps owed under training_intensity
+        if self._multi_agent:
+            self._setup_multi_agent()
+            return
+        policy = self.get_policy()
+        self.replay_buffer: ReplayBuffer = self.make_buffer(policy, cfg)
         # Sampling and training both in the driver on the CPU: the local env runner acts with the
         # learner's module itself (numpy views of its parameters), so nothing is copied per step.
         learner = self.learner_group.local_learner
@@ -55,7 +49,33 @@ class OffPolicyAlgorithm(Algorithm):
             policy.share_model(learner.module)
         self._last_stats: dict[str, float] = {k: float("nan") for k in self.learner_class.STAT_KEYS}
 
+    @staticmethod
+    def make_buffer(policy: Any, cfg: Any) -> ReplayBuffer:
+        """The replay buffer for ``policy``'s rows and actions, as ``cfg`` configures it."""
+        box = isinstance(policy.action_space, spaces.Box)
+        return make_replay_buffer(
+            cfg.replay_buffer_config,
+            obs_shape=(policy.preprocessor.size,),
+            # uint8 frames stay uint8 in the buffer (a MeanStdFilter's output is float32)
+            obs_dtype=policy.preprocessor.dtype if cfg.observation_filter == "NoFilter" else np.float32,
+            action_shape=policy.action_space.shape if box else (),
+            action_dtype=np.float32 if box else np.int64,
+            seed=cfg.seed,
+        )
+
+    def num_updates(self, sampled: int) -> int:
+        """Gradient steps owed after sampling ``sampled`` steps (``training_intensity``)."""
+        cfg = self.config
+        if cfg.training_intensity is None:
+            return 1
+        self._update_credit += sampled * cfg.training_intensity / cfg.train_batch_size
+        num_updates = int(self._update_credit)
+        self._update_credit -= num_updates
+        return num_updates
+
     def training_step(self) -> dict[str, float]:
+        if self._multi_agent:
+            return self._multi_agent_step()
         cfg = self.config
         self._sync_global_timestep()
         # 1. sample one round and store it as n-step transitions
@@ -67,12 +87,7 @@ class OffPolicyAlgorithm(Algorithm):
         if self.counters.timesteps_total < cfg.num_steps_sampled_before_learning_starts:
             return self._last_stats
         # 2. update on replayed batches
-        if cfg.training_intensity is None:
-            num_updates = 1
-        else:
-            self._update_credit += sampled * cfg.training_intensity / cfg.train_batch_size
-            num_updates = int(self._update_credit)
-            self._update_credit -= num_updates
+        num_updates = self.num_updates(sampled)
         prioritized = isinstance(self.replay_buffer, PrioritizedReplayBuffer)
         learner = self.learner_group.local_learner
         with self.timed("learn"):
@@ -86,6 +101,74 @@ class OffPolicyAlgorithm(Algorithm):
         if num_updates and not self._shared_module and self.weights_due():
             with self.timed("synch_weights"):
                 self.env_runner_group.sync_weights(learner.get_policy_weights())
+        return self._last_stats
+
+    # --- multi-agent: a replay buffer per trainable policy ----------------------------------
+    def _setup_multi_agent(self) -> None:
+        local = self.env_runner_group.local_worker()
+        self.replay_buffers: dict[str, ReplayBuffer] = {}
+        self._shared_module = self.config.num_env_runners == 0 and self.config.num_learners == 0
+        for pid, learner in self.learner_group.local_learners.items():
+            policy = local.get_policy(pid)
+            self.replay_buffers[pid] = self.make_buffer(policy, self.config.policy_config(pid))
+            self._shared_module = self._shared_module and learner.device.type == "cpu"
+        if self._shared_module:  # as for one policy: the local runner acts with the learners' modules
+            for pid, learner in self.learner_group.local_learners.items():
+                local.get_policy(pid).share_model(learner.module)
+        self._last_stats = {}
+
+    def _match_buffers_to_learners(self) -> None:
+        """Policies added (``add_policy``) or removed at run time get or lose their buffer."""
+        local = self.env_runner_group.local_worker()
+        for pid, learner in self.learner_group.local_learners.items():
+            if pid not in self.replay_buffers:
+                self.replay_buffers[pid] = self.make_buffer(
+                    local.get_policy(pid), self.config.policy_config(pid)
+                )
+                if self._shared_module:
+                    local.get_policy(pid).share_model(learner.module)
+        for pid in set(self.replay_buffers) - set(self.learner_group.policy_ids):
+            del self.replay_buffers[pid]
+            self._last_stats.pop(pid, None)
+
+    def _multi_agent_step(self) -> dict[str, Any]:
+        """The off-policy step per trainable policy: its agents' transitions into its buffer,
+        then ``num_updates`` replayed batches of its own ``train_batch_size``."""
+        self._sync_global_timestep()
+        self._match_buffers_to_learners()
+        batches = self.sample_for_replay()
+        for pid, buffer in self.replay_buffers.items():
+            cfg = self.config.policy_config(pid)
+            for batch in batches:
+                rollout = batch.policy_batches.get(pid)
+                if rollout is not None:
+                    buffer.add(transitions_from_rollout(rollout, cfg.n_step, cfg.gamma))
+        if self.counters.timesteps_total < self.config.num_steps_sampled_before_learning_starts:
+            return self._last_stats
+        num_updates = self.num_updates(sum(batch.num_steps for batch in batches))
+        with self.timed("learn"):
+            for pid, buffer in self.replay_buffers.items():
+                if len(buffer) == 0:
+                    continue
+                cfg = self.config.policy_config(pid)
+                learner = self.learner_group.groups[pid].local_learner
+                for _ in range(num_updates):
+                    replayed = buffer.sample(cfg.train_batch_size)
+                    timestep = self.counters.timesteps_total
+                    self._last_stats[pid] = self.learner_group.update_policy(
+                        pid, replayed, timestep, cfg.train_batch_size
+                    )
+                    if isinstance(buffer, PrioritizedReplayBuffer):
+                        buffer.update_priorities(replayed.indices, learner.last_td_errors)
+            self.counters.num_env_steps_trained += num_updates * self.config.train_batch_size
+        if num_updates and not self._shared_module:
+            with self.timed("synch_weights"):
+                self.env_runner_group.sync_weights(
+                    {
+                        pid: learner.get_policy_weights()
+                        for pid, learner in self.learner_group.local_learners.items()
+                    }
+                )
         return self._last_stats
 
     def sample_for_replay(self) -> list[Any]:
@@ -106,21 +189,32 @@ class OffPolicyAlgorithm(Algorithm):
                 runner.set_global_timestep.remote(timestep)
 
     # --- the replay buffer in checkpoints (checkpointing(store_buffer_in_checkpoints=True)) ---
+    def _buffers_by_file(self) -> dict[str, ReplayBuffer]:
+        """Each replay buffer and its checkpoint file (``replay_buffer_<policy id>.npz`` per policy)."""
+        if not self._multi_agent:
+            return {BUFFER_FILE: self.replay_buffer}
+        return {f"replay_buffer_{pid}.npz": buffer for pid, buffer in self.replay_buffers.items()}
+
     def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:
         if not self.config.store_buffer_in_checkpoints:
             return {}
-        state = self.replay_buffer.get_state()
-        return {BUFFER_FILE: {k: np.asarray(v) for k, v in state.items()}}
+        return {
+            name: {k: np.asarray(v) for k, v in buffer.get_state().items()}
+            for name, buffer in self._buffers_by_file().items()
+        }
 
     def restore_arrays(self, checkpoint: Checkpoint) -> None:
-        if BUFFER_FILE not in checkpoint.metadata["files"] or not self.config.store_buffer_in_checkpoints:
+        if not self.config.store_buffer_in_checkpoints:
             return
-        try:
-            self.replay_buffer.set_state(checkpoint.arrays(BUFFER_FILE))
-        except (KeyError, ValueError) as err:
-            raise CheckpointError(
-                f"checkpoint {checkpoint.source!r}: cannot restore the replay buffer ({err})"
-            ) from None
+        for name, buffer in self._buffers_by_file().items():
+            if name not in checkpoint.metadata["files"]:
+                continue
+            try:
+                buffer.set_state(checkpoint.arrays(name))
+            except (KeyError, ValueError) as err:
+                raise CheckpointError(
+                    f"checkpoint {checkpoint.source!r}: cannot restore the replay buffer {name} ({err})"
+                ) from None
 
 
 __all__ = ["BUFFER_FILE", "OffPolicyAlgorithm", "OffPolicyConfig"]

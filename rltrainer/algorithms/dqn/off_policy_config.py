@@ -14,6 +14,8 @@ from rltrainer.utils.replay_buffers import PrioritizedReplayBuffer, check_replay
 class OffPolicyConfig(AlgorithmConfig):
     """Replay, target-network and update-ratio settings (RLlib's names and meanings)."""
 
+    SUPPORTS_MULTI_AGENT: ClassVar[bool] = True  # a replay buffer per trainable policy
+
     OFF_POLICY_TRAINING: ClassVar[tuple[str, ...]] = (
         "replay_buffer_config",
         "num_steps_sampled_before_learning_starts",

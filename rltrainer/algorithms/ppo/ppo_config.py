@@ -12,6 +12,7 @@ class PPOConfig(AlgorithmConfig):
     """PPO's settings; defaults follow RLlib's PPO."""
 
     ALGORITHM = "PPO"
+    SUPPORTS_MULTI_AGENT = True
     STAT_KEYS = (
         "policy_loss",
         "vf_loss",

@@ -43,7 +43,9 @@ class PPOLearner(Learner):
         # Advantage normalization over the whole batch (RLlib; SB3 does it per minibatch).
         advantages = data.advantages
         valid = advantages if not self.recurrent else advantages[data.mask]
-        data = data._replace(advantages=(advantages - valid.mean()) / (valid.std() + 1e-8))
+        # (One valid step has no spread: a multi-agent policy whose agents acted once in a fragment.)
+        spread = valid.std() if valid.numel() > 1 else torch.zeros((), device=valid.device)
+        data = data._replace(advantages=(advantages - valid.mean()) / (spread + 1e-8))
         size = data.obs.shape[0]  # steps (sequences for an LSTM policy)
         if size == 0:  # every fragment dropped (on_nonfinite="skip_batch"): nothing to learn from
             nan = float("nan")

@@ -1,0 +1,755 @@
+"""``MultiAgentEnvRunner``: samples multi-agent envs with one batched inference per policy and step.
+
+The single-agent ``EnvRunner`` stays as it is (a vector env, arrays for every column); this
+runner shares its building blocks (``Policy``, filters, preprocessors, ``Rollout``) and its
+interface towards ``EnvRunnerGroup`` and the algorithm, with payloads keyed by policy id:
+``sample()`` returns a ``MultiAgentBatch``, weights and filter states are per policy.
+
+Each step, the agents that must act in every env copy are grouped by policy
+(``policy_mapping_fn``, asked once per agent and episode) and each policy computes the actions
+of its group in one call. Each agent's transitions are kept (``AgentTrack``) until a fragment
+ends; then every policy gets one ``Rollout`` in the offline reader's layout
+(``rollout_from_pieces``: each agent's piece of an episode, then a reset row holding its next
+observation; a piece that does not end its episode ends truncated, so it bootstraps). So the
+learners read multi-agent data with the code they already have. See the README's design notes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from rltrainer.algorithms.callbacks import call_hook, make_callbacks, overrides
+from rltrainer.core.filters import make_filter
+from rltrainer.env.env_context import EnvContext
+from rltrainer.env.env_runner import (
+    EnvStepError,
+    EpisodeStats,
+    Rollout,
+    _raised_at,
+    _set_global_worker,
+    inference_device,
+    receive_registrations,
+)
+from rltrainer.env.episode import index_obs
+from rltrainer.env.multi_agent_episode import AgentTrack, MultiAgentEpisode
+from rltrainer.env.registry import resolve_creator
+from rltrainer.errors import ConfigError, EnvError, RLTrainerError
+from rltrainer.offline.input_reader import Piece, rollout_from_pieces
+from rltrainer.policy_spec import PolicySpec, mapping_function, trainable_policies
+from rltrainer.utils.debugging import apply_debugging
+from rltrainer.utils.import_paths import resolve_function
+
+logger = logging.getLogger(__name__)
+
+ALL = "__all__"
+
+
+class MultiAgentBatch(NamedTuple):
+    """One fragment of a multi-agent env runner: a ``Rollout`` per policy that had steps."""
+
+    policy_batches: dict[str, Rollout]
+    env_steps: int
+    agent_steps: int
+    count: int
+    """What ``train_batch_size`` counts (``count_steps_by``): ``env_steps`` or ``agent_steps``."""
+
+    @property
+    def num_steps(self) -> int:
+        """The steps that count towards ``train_batch_size`` (as ``Rollout.num_steps``)."""
+        return self.count
+
+
+class PolicyFilters:
+    """One observation filter per policy, with a filter's state interface (keys ``pid/name``),
+    so ``EnvRunnerGroup`` merges and broadcasts them as it does a single filter."""
+
+    def __init__(self, filters: dict[str, Any]) -> None:
+        self.filters = filters
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        return _prefixed({pid: f.get_state() for pid, f in self.filters.items()})
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        for pid, part in _unprefixed(state).items():
+            if pid in self.filters:
+                self.filters[pid].set_state(part)
+
+    def pop_delta(self) -> dict[str, np.ndarray]:
+        return _prefixed({pid: f.pop_delta() for pid, f in self.filters.items()})
+
+    def apply_delta(self, delta: dict[str, np.ndarray]) -> None:
+        for pid, part in _unprefixed(delta).items():
+            if pid in self.filters:
+                self.filters[pid].apply_delta(part)
+
+
+def _prefixed(states: dict[str, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {f"{pid}/{name}": value for pid, state in states.items() for name, value in state.items()}
+
+
+def _unprefixed(state: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    parts: dict[str, dict[str, np.ndarray]] = {}
+    for key, value in state.items():
+        pid, _, name = key.rpartition("/")
+        parts.setdefault(pid, {})[name] = value
+    return parts
+
+
+def make_multi_agent_env(env: Any, ctx: EnvContext) -> Any:
+    """One multi-agent env from the config's ``env`` (PettingZoo envs wrapped); ``EnvError``."""
+    from rltrainer.env.multi_agent_env import to_multi_agent_env
+
+    creator = resolve_creator(env)
+    try:
+        created = creator(ctx)
+    except RLTrainerError:
+        raise
+    except Exception as err:
+        raise EnvError(
+            f"env {env!r}: creating it raised {type(err).__name__}: {err}{_raised_at(err)}"
+        ) from err
+    return to_multi_agent_env(created)
+
+
+def env_is_multi_agent(env: Any, env_config: dict[str, Any]) -> bool:
+    """Whether ``env`` makes multi-agent envs: a ``MultiAgentEnv`` class (or path), or a
+    registered creator returning one (or a PettingZoo env; created once to find out)."""
+    import gymnasium as gym
+
+    from rltrainer.env.registry import registered_creators
+
+    if env is None or not isinstance(env, str | type):
+        return False
+    if isinstance(env, str) and env not in registered_creators() and (":" not in env or env in gym.registry):
+        return False  # a gymnasium id: single-agent, nothing to import or create
+    from rltrainer.env.multi_agent_env import MultiAgentEnv, is_multi_agent_env
+
+    if isinstance(env, type):
+        return issubclass(env, MultiAgentEnv)
+    if env in registered_creators():
+        try:
+            created = registered_creators()[env](EnvContext(env_config))
+        except Exception:  # noqa: BLE001 - building the runner reports the creator's error
+            return False
+        try:
+            return is_multi_agent_env(created)
+        finally:
+            close = getattr(created, "close", None)
+            if callable(close):
+                close()
+    return _names_multi_agent_class(env)
+
+
+def _names_multi_agent_class(path: str) -> bool:
+    from rltrainer.env.multi_agent_env import MultiAgentEnv
+    from rltrainer.utils.import_paths import import_object
+
+    try:
+        obj = import_object(path)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(obj, type) and issubclass(obj, MultiAgentEnv)
+
+
+class _ProbeEpisode:
+    """What ``policy_mapping_fn`` gets while the runner infers the policies' spaces."""
+
+    def __init__(self, episode_id: int) -> None:
+        self.episode_id = episode_id
+        self.env_index = 0
+        self.user_data: dict[str, Any] = {}
+
+
+class MultiAgentEnvRunner:
+    """Samples ``num_envs_per_env_runner`` multi-agent env copies with a map of policies."""
+
+    def __init__(
+        self,
+        config: Any,
+        worker_index: int = 0,
+        num_workers: int = 0,
+        remote: bool = False,
+        env_creators: dict[str, Any] | None = None,
+        in_evaluation: bool = False,
+        custom_models: dict[str, type] | None = None,
+    ) -> None:
+        receive_registrations(env_creators, custom_models)
+        self.config = config
+        self.in_evaluation = in_evaluation
+        self.worker_index = worker_index
+        self.num_workers = num_workers
+        apply_debugging(config, seed_offset=1000 * worker_index)
+        self._ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
+        self.callbacks = make_callbacks(config.callbacks_class)
+        self._where = f" in env runner {worker_index}"
+        self.num_envs = config.num_envs_per_env_runner
+        self.envs = [
+            make_multi_agent_env(config.env, self._ctx.copy_with_overrides(vector_index=i))
+            for i in range(self.num_envs)
+        ]
+        self.env = self.envs[0]  # what RLlib's examples reach for (e.g. the env's spaces)
+        if worker_index == 0 and not in_evaluation and not config.disable_env_checking:
+            from rltrainer.env.multi_agent_env import check_multi_agent_env
+
+            check_multi_agent_env(self.envs[0], config.env_name)
+        self._mapping_fn = mapping_function(config)
+        self.policy_mapping_fn_setting: Any = None
+        """The mapping given to ``add_policy``/``remove_policy`` (``None``: the config's)."""
+        self._observation_fn = resolve_function("observation_fn", config.observation_fn)
+        self.policy_map: dict[str, Any] = {}
+        """Policy id -> ``Policy`` (RLlib's ``worker.policy_map``)."""
+        self.policy_specs: dict[str, PolicySpec] = {}
+        """Policy id -> its ``PolicySpec`` with the spaces filled in."""
+        self.filter = PolicyFilters({})
+        for pid, spec in self._infer_specs(config.get_multi_agent_setup()).items():
+            self._add(pid, spec)
+        self.policies_to_train = trainable_policies(config, list(self.policy_map))
+        self._ended: list[tuple[int, EpisodeStats]] = []  # (env index, stats) since the last pop
+        self._seeded_envs = [False] * self.num_envs
+        self._rows: list[dict[Any, np.ndarray]] = [{} for _ in range(self.num_envs)]  # agents to act
+        self._tracks: list[dict[Any, AgentTrack]] = [{} for _ in range(self.num_envs)]
+        self._finished: list[AgentTrack] = []  # done agents' tracks with steps not yet handed over
+        self._episode: list[MultiAgentEpisode | None] = [None] * self.num_envs  # None: reset first
+        self._rng = np.random.default_rng(None if config.seed is None else config.seed + 1000 * worker_index)
+        self._calls = {
+            hook: overrides(self.callbacks, hook)
+            for hook in ("on_episode_start", "on_episode_step", "on_episode_end")
+        }
+        self.global_timestep = 0
+        _set_global_worker(self)
+
+    # --- policies ----------------------------------------------------------------------
+    def _infer_specs(self, specs: dict[str, PolicySpec]) -> dict[str, PolicySpec]:
+        """Each policy's spaces: given in its spec, else those of the agents mapped to it (all
+        alike, or ``ConfigError``); the mapping is asked for every possible agent with two
+        probe episodes (ids 0 and 1, for mappings that alternate by episode)."""
+        env = self.envs[0]
+        agents = list(getattr(env, "possible_agents", None) or getattr(env, "agents", None) or [])
+        seen: dict[str, list[Any]] = {}
+        for episode_id in (0, 1):
+            for agent in agents:
+                pid = self._call_mapping(agent, _ProbeEpisode(episode_id))
+                if pid not in specs:
+                    raise ConfigError(
+                        f"policy_mapping_fn maps agent {agent!r} to {pid!r}, which is not a policy; "
+                        f"policies: {', '.join(specs)}"
+                    )
+                if agent not in seen.setdefault(pid, []):
+                    seen[pid].append(agent)
+        spaces_of = {
+            agent: (env.get_observation_space(agent), env.get_action_space(agent)) for agent in agents
+        }
+        shared = set(map(repr, spaces_of.values()))
+        filled = {}
+        for pid, spec in specs.items():
+            obs_space, act_space = spec.observation_space, spec.action_space
+            mapped = seen.get(pid, [])
+            for agent in mapped:
+                agent_obs, agent_act = spaces_of[agent]
+                for kind, given, found in (
+                    ("observation", obs_space, agent_obs),
+                    ("action", act_space, agent_act),
+                ):
+                    if given is not None and given != found:
+                        from_spec = getattr(spec, f"{kind}_space") is not None
+                        other = "its PolicySpec" if from_spec else f"agent {mapped[0]!r}"
+                        raise ConfigError(
+                            f"policy {pid!r}: agent {agent!r} has {kind} space {found}, but {other} "
+                            f"says {given}; agents mapped to one policy need the same spaces"
+                        )
+                obs_space = obs_space or agent_obs
+                act_space = act_space or agent_act
+            if (obs_space is None or act_space is None) and len(shared) == 1 and agents:
+                agent_obs, agent_act = spaces_of[agents[0]]
+                obs_space, act_space = obs_space or agent_obs, act_space or agent_act
+            if obs_space is None or act_space is None:
+                raise ConfigError(
+                    f"policy {pid!r}: no agent maps to it and the env's agents have different spaces, "
+                    "so its spaces cannot be inferred; give "
+                    "PolicySpec(observation_space=..., action_space=...)"
+                )
+            filled[pid] = PolicySpec(spec.policy_class, obs_space, act_space, dict(spec.config))
+        return filled
+
+    def _call_mapping(self, agent: Any, episode: Any) -> str:
+        try:
+            return self._mapping_fn(agent, episode, self)
+        except TypeError:  # RLlib's older two-argument form (agent_id, episode)
+            return self._mapping_fn(agent, episode)
+
+    def _add(self, pid: str, spec: PolicySpec, weights: dict[str, Any] | None = None) -> Any:
+        config = self.config.policy_config(pid)
+        seed = (
+            None
+            if self.config.seed is None
+            else self.config.seed + 1000 * self.worker_index + len(self.policy_map)
+        )
+        policy_class = spec.resolved_class(self.config.get_policy_class())
+        try:
+            policy = policy_class(spec.observation_space, spec.action_space, config, seed=seed)
+        except ConfigError as err:
+            raise ConfigError(f"policy {pid!r}: {err}") from None
+        except ValueError as err:
+            raise EnvError(f"policy {pid!r} ({spec.observation_space}, {spec.action_space}): {err}") from None
+        policy.exploration.set_worker(self.worker_index, self.num_workers)
+        policy.set_device(inference_device(self.config, self.worker_index))
+        if weights is not None:
+            policy.set_weights(weights)
+        observation_filter = make_filter(config.observation_filter, policy.preprocessor.size)
+        policy.observation_filter = observation_filter
+        self.filter.filters[pid] = observation_filter
+        self.policy_map[pid] = policy
+        self.policy_specs[pid] = spec
+        policy.custom_compute = type(policy).compute_actions is not _base_compute_actions()
+        return policy
+
+    def add_policy(
+        self,
+        policy_id: str,
+        spec: PolicySpec,
+        weights: dict[str, Any] | None = None,
+        policy_mapping_fn: Any = None,
+        policies_to_train: Any = None,
+    ) -> None:
+        """Add a policy (RLlib's ``RolloutWorker.add_policy``); a new mapping applies from the
+        next episode of each env (agents keep their policy until their episode ends)."""
+        self._add(policy_id, spec, weights)
+        if policy_mapping_fn is not None:
+            self._set_mapping(policy_mapping_fn)
+        if policies_to_train is not None:
+            self.policies_to_train = list(policies_to_train)
+
+    def remove_policy(
+        self, policy_id: str, policy_mapping_fn: Any = None, policies_to_train: Any = None
+    ) -> None:
+        self.policy_map.pop(policy_id, None)
+        self.policy_specs.pop(policy_id, None)
+        self.filter.filters.pop(policy_id, None)
+        if policy_mapping_fn is not None:
+            self._set_mapping(policy_mapping_fn)
+        if policies_to_train is not None:
+            self.policies_to_train = list(policies_to_train)
+        else:
+            self.policies_to_train = [pid for pid in self.policies_to_train if pid != policy_id]
+        self._episode = [None] * self.num_envs  # episodes restart: no agent keeps acting with it
+
+    def _set_mapping(self, policy_mapping_fn: Any) -> None:
+        self._mapping_fn = resolve_function("policy_mapping_fn", policy_mapping_fn)
+        self.policy_mapping_fn_setting = policy_mapping_fn
+
+    def set_policy_mapping_fn(self, policy_mapping_fn: Any) -> None:
+        self._set_mapping(policy_mapping_fn)
+
+    def set_policies_to_train(self, policies_to_train: list[str]) -> None:
+        self.policies_to_train = list(policies_to_train)
+
+    def get_policy(self, policy_id: str = "default_policy") -> Any:
+        """The policy ``policy_id`` (``KeyError`` naming the known ids)."""
+        try:
+            return self.policy_map[policy_id]
+        except KeyError:
+            raise KeyError(f"no policy {policy_id!r}; policies: {', '.join(self.policy_map)}") from None
+
+    def foreach_policy(self, fn: Callable[..., Any]) -> list[Any]:
+        """``fn(policy, policy_id)`` for every policy of this runner."""
+        return [fn(policy, pid) for pid, policy in self.policy_map.items()]
+
+    def foreach_policy_to_train(self, fn: Callable[..., Any]) -> list[Any]:
+        return [fn(self.policy_map[pid], pid) for pid in self.policies_to_train if pid in self.policy_map]
+
+    @property
+    def preprocessors(self) -> dict[str, Any]:
+        return {pid: policy.preprocessor for pid, policy in self.policy_map.items()}
+
+    @property
+    def filters(self) -> dict[str, Any]:
+        return dict(self.filter.filters)
+
+    @property
+    def policy(self) -> Any:
+        """The only policy (``ValueError`` with several: use ``get_policy(policy_id)``)."""
+        if len(self.policy_map) == 1:
+            return next(iter(self.policy_map.values()))
+        raise ValueError(f"this env runner has {len(self.policy_map)} policies: use get_policy(policy_id)")
+
+    @property
+    def policy_config(self) -> dict[str, Any]:
+        return {**self.config.to_dict(), "in_evaluation": self.in_evaluation}
+
+    # --- sampling ----------------------------------------------------------------------
+    def sample(self, explore: bool | None = None) -> tuple[MultiAgentBatch, list[EpisodeStats]]:
+        """One fragment: ``rollout_fragment_length`` env steps of every env copy (or that many
+        agent steps per copy with ``count_steps_by="agent_steps"``), plus the episodes ended.
+        With ``batch_mode="complete_episodes"`` each copy then runs until its episode ends."""
+        explore = self.config.explore if explore is None else explore
+        wanted = self.config.get_rollout_fragment_length() * self.num_envs
+        by_agents = self.config.count_steps_by == "agent_steps"
+        complete = self.config.batch_mode == "complete_episodes"
+        env_steps = agent_steps = 0
+        frozen = [False] * self.num_envs
+        while True:
+            reached = (agent_steps if by_agents else env_steps) >= wanted
+            if reached:
+                if not complete:
+                    break
+                frozen = [f or self._episode[i] is None for i, f in enumerate(frozen)]
+                if all(frozen):
+                    break
+            stepped, acted = self._step(explore, update_filter=True, frozen=frozen, record=True)
+            env_steps += stepped
+            agent_steps += acted
+        count = agent_steps if by_agents else env_steps
+        batch = MultiAgentBatch(self._take_rollouts(), env_steps, agent_steps, count)
+        return batch, self.pop_episodes()
+
+    def sample_with_filter_delta(self) -> tuple[MultiAgentBatch, list[EpisodeStats], dict[str, np.ndarray]]:
+        """``sample()`` plus the observation statistics gathered meanwhile (for remote runners)."""
+        batch, episodes = self.sample()
+        return batch, episodes, self.filter.pop_delta()
+
+    def sample_episodes(
+        self,
+        num_episodes: int | None = None,
+        num_timesteps: int | None = None,
+        explore: bool | None = None,
+        force_reset: bool = True,
+        update_filter: bool = False,
+    ) -> tuple[list[EpisodeStats], int]:
+        """Run episodes (evaluation): env i contributes ``(num_episodes + i) // num_envs`` of
+        them; returns the episodes and the env steps taken (nothing is recorded for learning)."""
+        explore = self.config.explore if explore is None else explore
+        if force_reset:
+            self._episode = [None] * self.num_envs
+        quota = None
+        if num_episodes is not None:
+            quota = [(num_episodes + i) // self.num_envs for i in range(self.num_envs)]
+        counted = [0] * self.num_envs
+        episodes: list[EpisodeStats] = []
+        steps = 0
+        saved, self._ended = self._ended, []
+        try:
+            while (quota is None or any(c < q for c, q in zip(counted, quota, strict=True))) and (
+                num_timesteps is None or steps < num_timesteps
+            ):
+                frozen = [quota is not None and counted[i] >= quota[i] for i in range(self.num_envs)]
+                steps += self._step(explore, update_filter=update_filter, frozen=frozen, record=False)[0]
+                for i, stats in self._ended:
+                    if quota is None or counted[i] < quota[i]:
+                        counted[i] += 1
+                        episodes.append(stats)
+                self._ended = []
+        finally:
+            self._ended = saved
+        return episodes, steps
+
+    def pop_episodes(self) -> list[EpisodeStats]:
+        """The episodes ended since the last call."""
+        ended, self._ended = self._ended, []
+        return [stats for _, stats in ended]
+
+    def _step(self, explore: bool, update_filter: bool, frozen: list[bool], record: bool) -> tuple[int, int]:
+        """One step of every env copy that is not frozen (resetting those between episodes
+        first); returns the env steps and agent steps taken."""
+        live = [i for i in range(self.num_envs) if not frozen[i]]
+        for i in live:
+            if self._episode[i] is None:
+                self._reset(i, update_filter, record)
+        # 1. the asking agents' actions: one compute call per policy, across agents and envs
+        groups: dict[str, list[tuple[int, Any]]] = {}
+        for i in live:
+            episode = self._episode[i]
+            for agent in self._rows[i]:
+                groups.setdefault(episode.policy_for(agent), []).append((i, agent))
+        actions: list[dict[Any, Any]] = [{} for _ in range(self.num_envs)]
+        for pid, members in groups.items():
+            out = self._compute(pid, np.stack([self._rows[i][agent] for i, agent in members]), explore)
+            env_actions, tracks = out["env_actions"], self._tracks
+            for k, (i, agent) in enumerate(members):
+                actions[i][agent] = index_obs(env_actions, k)
+                track = tracks[i].get(agent)
+                if track is not None:
+                    track.act(out["actions"][k], float(out["action_logp"][k]))
+        # 2. step every env; what each agent observes next, batched per policy
+        observed: dict[str, list[tuple[int, Any, Any]]] = {}
+        outcomes = []
+        for i in live:
+            outcome = self._env_step(i, actions[i])
+            outcomes.append(outcome)
+            episode = self._episode[i]
+            for agent, agent_obs in outcome.obs.items():
+                observed.setdefault(episode.policy_for(agent), []).append((i, agent, agent_obs))
+        self._observe(observed, update_filter, record, outcomes)
+        for outcome in outcomes:
+            if self._calls["on_episode_step"]:
+                self._hook("on_episode_step", outcome.env_index)
+            if outcome.all_done:
+                self._close_episode(outcome.env_index)
+        acted = sum(len(a) for a in actions)
+        if update_filter:  # training steps advance the exploration schedules; evaluation doesn't
+            self.global_timestep += acted
+            for policy in self.policy_map.values():
+                policy.global_timestep = self.global_timestep
+        return len(live), acted
+
+    def _env_step(self, i: int, actions: dict[Any, Any]) -> _Outcome:
+        env, episode = self.envs[i], self._episode[i]
+        try:
+            obs, rewards, terminateds, truncateds, infos = env.step(actions)
+        except RLTrainerError:
+            raise
+        except Exception as err:
+            raise EnvStepError.of(self.config.env, "step()", err, "its agents' observation spaces") from err
+        if self._observation_fn is not None:
+            obs = self._observation_fn(
+                agent_obs=obs, worker=self, base_env=env, policies=self.policy_map, episode=episode
+            )
+        self._check_agents(obs, rewards, "step()")
+        episode.length += 1
+        episode.add_rewards(rewards)
+        tracks = self._tracks[i]
+        for agent, reward in rewards.items():
+            track = tracks.get(agent)
+            if track is not None:
+                track.pending_reward += float(reward)
+        episode._last_action.update(actions)
+        for agent, info in (infos or {}).items():
+            if agent != ALL:
+                episode._last_info[agent] = info
+        all_terminated = bool(terminateds.get(ALL, False))
+        all_done = all_terminated or bool(truncateds.get(ALL, False))
+        if not all_done and self.config.horizon is not None and episode.length >= self.config.horizon:
+            all_done = True  # RLlib's horizon: every agent's episode is truncated here
+        ended = {
+            agent: bool(terminateds.get(agent, False)) or (all_done and all_terminated)
+            for agent in set(terminateds) | set(truncateds)
+            if agent != ALL and (terminateds.get(agent) or truncateds.get(agent))
+        }
+        if all_done:  # every agent still in the episode ends with it
+            for agent in set(tracks) | set(self._rows[i]) | set(obs):
+                ended.setdefault(agent, all_terminated)
+        self._rows[i] = {}  # the agents in this step's observations act next, and only they
+        return _Outcome(i, obs, ended, all_done)
+
+    def _observe(
+        self,
+        observed: dict[str, list[tuple[int, Any, Any]]],
+        update_filter: bool,
+        record: bool,
+        outcomes: list[_Outcome],
+    ) -> None:
+        """Flatten and filter the new observations per policy, give them to the agents' tracks,
+        end the agents (and episodes) that are done."""
+        ended_of = {outcome.env_index: outcome.ended for outcome in outcomes}
+        for pid, items in observed.items():
+            rows = self._flat_rows(
+                pid, [agent_obs for _, _, agent_obs in items], [a for _, a, _ in items], update_filter
+            )
+            for (i, agent, _), row in zip(items, rows, strict=True):
+                track = self._tracks[i].get(agent)
+                if agent in ended_of[i]:
+                    if track is not None:
+                        track.finish(row, ended_of[i][agent])
+                    continue
+                if track is None and record and pid in self.policies_to_train:
+                    track = self._tracks[i][agent] = AgentTrack(pid)
+                if track is not None:
+                    track.observe(row)
+                self._rows[i][agent] = row
+        for outcome in outcomes:
+            i = outcome.env_index
+            for agent, terminated in outcome.ended.items():
+                self._rows[i].pop(agent, None)
+                track = self._tracks[i].pop(agent, None)
+                if track is not None:
+                    if not track.done:  # no final observation came with its end
+                        track.finish(None, terminated)
+                    self._finished.append(track)
+
+    def _reset(self, i: int, update_filter: bool, record: bool) -> None:
+        seed = None
+        if not self._seeded_envs[i] and self.config.seed is not None:
+            seed = self.config.seed + 1000 * self.worker_index + i
+        self._seeded_envs[i] = True
+        for track in self._tracks[i].values():  # an episode cut short (force_reset): hand over its steps
+            if track.num_complete() > 0:
+                track.done = True
+                self._finished.append(track)
+        self._tracks[i], self._rows[i] = {}, {}
+        try:
+            obs, infos = self.envs[i].reset(seed=seed)
+        except RLTrainerError:
+            raise
+        except Exception as err:
+            raise EnvStepError.of(self.config.env, "reset()", err, "its agents' observation spaces") from err
+        episode = self._episode[i] = MultiAgentEpisode(
+            int(self._rng.integers(2**62)), i, self._mapping_fn_with_worker, self
+        )
+        if self._observation_fn is not None:
+            obs = self._observation_fn(
+                agent_obs=obs, worker=self, base_env=self.envs[i], policies=self.policy_map, episode=episode
+            )
+        self._check_agents(obs, {}, "reset()")
+        for agent, info in (infos or {}).items():
+            episode._last_info[agent] = info
+        observed: dict[str, list[tuple[int, Any, Any]]] = {}
+        for agent, agent_obs in obs.items():
+            episode._last_obs[agent] = agent_obs
+            observed.setdefault(episode.policy_for(agent), []).append((i, agent, agent_obs))
+        self._observe(observed, update_filter, record, [_Outcome(i, obs, {}, False)])
+        if self._calls["on_episode_start"]:
+            self._hook("on_episode_start", i)
+
+    def _mapping_fn_with_worker(self, agent: Any, episode: Any, worker: Any) -> str:  # noqa: ARG002
+        pid = self._call_mapping(agent, episode)
+        if pid not in self.policy_map:
+            raise ConfigError(
+                f"policy_mapping_fn maps agent {agent!r} to {pid!r}, which is not a policy; "
+                f"policies: {', '.join(self.policy_map)}"
+            )
+        return pid
+
+    def _close_episode(self, i: int) -> None:
+        episode = self._episode[i]
+        if self._calls["on_episode_end"]:
+            self._hook("on_episode_end", i)
+        policy_returns = tuple((pid, ret) for (_, pid), ret in episode.agent_rewards.items())
+        stats = EpisodeStats(
+            episode.total_reward,
+            episode.length,
+            episode.custom_metrics or None,
+            episode.hist_data or None,
+            policy_returns,
+        )
+        self._ended.append((i, stats))
+        self._episode[i] = None
+        self._rows[i] = {}
+
+    def _hook(self, hook: str, i: int) -> None:
+        call_hook(
+            self.callbacks,
+            hook,
+            self._where,
+            worker=self,
+            base_env=self.envs[i],
+            policies=self.policy_map,
+            episode=self._episode[i],
+            env_index=i,
+        )
+
+    def _compute(self, pid: str, rows: np.ndarray, explore: bool) -> dict[str, np.ndarray]:
+        policy = self.policy_map[pid]
+        if not policy.custom_compute:
+            return policy.compute(rows, explore)
+        actions, _, _ = policy.compute_actions(rows, explore=explore)  # e.g. a heuristic opponent
+        actions = np.asarray(actions)
+        return {"actions": actions, "env_actions": actions, "action_logp": np.zeros(len(rows), np.float32)}
+
+    def _flat_rows(self, pid: str, raw: list[Any], agents: list[Any], update_filter: bool) -> np.ndarray:
+        """Observations of agents acting with ``pid``: flattened, checked, filtered rows."""
+        policy = self.policy_map[pid]
+        preprocessor = policy.preprocessor
+        try:
+            if not isinstance(preprocessor.space, spaces.Dict | spaces.Tuple):
+                flat = preprocessor.transform(np.stack(raw))
+            else:
+                flat = np.concatenate([preprocessor.transform_one(o) for o in raw])
+            if flat.shape != (len(raw), preprocessor.size):
+                raise ValueError(f"flattened to shape {flat.shape[1:]}")
+        except (ValueError, TypeError, KeyError, IndexError, EnvError):
+            for agent, obs in zip(agents, raw, strict=True):  # name the agent whose observation is wrong
+                try:
+                    preprocessor.transform_one(obs)
+                except EnvError as err:
+                    raise EnvError(
+                        f"env {self.config.env!r}: agent {agent!r} (policy {pid!r}): {err}"
+                    ) from None
+            raise
+        return self.filter.filters[pid](flat, update=update_filter)
+
+    def _check_agents(self, obs: Any, rewards: Any, call: str) -> None:
+        if not isinstance(obs, dict) or not isinstance(rewards, dict):
+            raise EnvError(
+                f"env {self.config.env!r}: {call} of a multi-agent env returns dicts keyed by agent id; "
+                f"got {type(obs).__name__} observations"
+            )
+
+    def _take_rollouts(self) -> dict[str, Rollout]:
+        """Every trained policy's complete transitions as one ``Rollout`` (see the module docstring)."""
+        pieces: dict[str, list[Piece]] = {}
+        tracks = self._finished + [track for env_tracks in self._tracks for track in env_tracks.values()]
+        for track in tracks:
+            columns = track.take_piece()
+            if columns is not None:
+                pieces.setdefault(track.policy_id, []).append(Piece(columns, 0, len(columns["rewards"])))
+        self._finished = []
+        return {pid: rollout_from_pieces(policy_pieces) for pid, policy_pieces in pieces.items()}
+
+    # --- weights, filters, helpers --------------------------------------------------------
+    def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """``{policy id: weights}`` (all policies, or those named)."""
+        return {
+            pid: p.get_weights() for pid, p in self.policy_map.items() if policies is None or pid in policies
+        }
+
+    def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
+        """Load ``{policy id: weights}`` (the policies given; unknown ids are ignored: a policy
+        removed meanwhile)."""
+        for pid, policy_weights in weights.items():
+            policy = self.policy_map.get(pid)
+            if policy is not None:
+                policy.set_weights(policy_weights)
+
+    def set_global_timestep(self, timestep: int) -> None:
+        self.global_timestep = int(timestep)
+        for policy in self.policy_map.values():
+            policy.global_timestep = self.global_timestep
+
+    def get_filter_state(self) -> dict[str, np.ndarray]:
+        return self.filter.get_state()
+
+    def set_filter_state(self, state: dict[str, np.ndarray]) -> None:
+        self.filter.set_state(state)
+
+    def ping(self) -> bool:
+        return True
+
+    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(self, *args)
+
+    def foreach_env(self, fn: Callable[[Any], Any]) -> list[Any]:
+        return [fn(env) for env in self.envs]
+
+    def foreach_env_with_context(self, fn: Callable[[Any, EnvContext], Any]) -> list[Any]:
+        return [fn(env, self._ctx.copy_with_overrides(vector_index=i)) for i, env in enumerate(self.envs)]
+
+    def task_settable_envs(self) -> list[Any]:
+        raise ConfigError(
+            "env_task_fn sets tasks on single-agent TaskSettableEnvs; a multi-agent env has none"
+        )
+
+    def stop(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class _Outcome(NamedTuple):
+    """What one env's step did: its observations, the agents that ended (-> terminated?)."""
+
+    env_index: int
+    obs: dict[Any, Any]
+    ended: dict[Any, bool]
+    all_done: bool
+
+
+def _base_compute_actions() -> Any:
+    from rltrainer.policy import Policy
+
+    return Policy.compute_actions
+
+
+__all__ = ["MultiAgentBatch", "MultiAgentEnvRunner", "PolicyFilters", "env_is_multi_agent"]

@@ -1,0 +1,1 @@
+"""Wrappers that adapt other libraries' envs to rltrainer's env APIs."""
