@@ -196,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx", help="default: onnx")
     export.add_argument("--out", required=True, metavar="DIR", help="the folder to write into")
     export.add_argument("--opset", type=int, default=None, help="ONNX opset (default 18)")
+    export.add_argument(
+        "--policy-id", default=None, metavar="ID", help="the policy of a multi-agent checkpoint to export"
+    )
     export.set_defaults(handler=_export)
     serve = commands.add_parser(
         "serve",
@@ -208,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=non_negative_int, default=9900, help="default 9900 (0: any free port)")
     serve.add_argument("--explore", action="store_true", help="sample actions (default: greedy)")
+    serve.add_argument(
+        "--policy-id", default=None, metavar="ID", help="the policy of a multi-agent checkpoint to serve"
+    )
     serve.add_argument(
         "--token-env",
         default="RLTRAINER_POLICY_SERVER_TOKEN",
@@ -607,8 +613,13 @@ def _export(args: argparse.Namespace) -> int:
     algo = load_checkpoint(args.checkpoint)
     try:
         runner = algo.env_runner_group.local_worker()
+        if algo._multi_agent:  # one policy per export
+            pid = _policy_id_of(args.policy_id, list(runner.policy_map))
+            policy, observation_filter = runner.get_policy(pid), runner.filter.filters[pid]
+        else:
+            policy, observation_filter = runner.policy, runner.filter
         path = export_policy(
-            runner.policy, runner.filter, args.out, args.format, opset=args.opset, source=args.checkpoint
+            policy, observation_filter, args.out, args.format, opset=args.opset, source=args.checkpoint
         )
     finally:
         algo.stop()
@@ -616,6 +627,19 @@ def _export(args: argparse.Namespace) -> int:
         f"exported {type(algo).__name__} policy to {path} (inputs and outputs: {path.parent / 'export.json'})"
     )
     return 0
+
+
+def _policy_id_of(policy_id: str | None, policies: list[str]) -> str:
+    """The ``--policy-id`` of a multi-agent checkpoint's command (only one policy: that one)."""
+    if policy_id is None and len(policies) == 1:
+        return policies[0]
+    if policy_id not in policies:
+        given = "no --policy-id" if policy_id is None else f"--policy-id {policy_id}"
+        raise UsageError(
+            f"this checkpoint is multi-agent ({given}): choose one of its policies with --policy-id "
+            f"({', '.join(policies)})"
+        )
+    return policy_id
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -628,6 +652,8 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _check_not_trial_dir(args.checkpoint)
     policy = Policy.from_checkpoint(args.checkpoint)
+    if isinstance(policy, dict):  # a multi-agent checkpoint: one policy per server
+        policy = policy[_policy_id_of(args.policy_id, list(policy))]
     server = InferenceServer(
         policy,
         policy.observation_filter,
@@ -721,6 +747,8 @@ def _report_episode(episode: Any, out: IO[str] | None) -> None:
             "finished": episode.finished,
             "video": video,
         }
+        if episode.policy_returns:
+            line["policy_returns"] = episode.policy_returns
         out.write(json.dumps(line) + "\n")
         out.flush()
 
@@ -747,8 +775,9 @@ def _check_not_trial_dir(path: str) -> None:
 def _episode_line(episode: Any) -> str:
     status = "" if episode.finished else " (unfinished: out of steps)"
     video = f" video={episode.video_path}" if episode.video_path is not None else ""
+    policies = "".join(f" {pid}={value:.2f}" for pid, value in (episode.policy_returns or {}).items())
     return (
-        f"episode {episode.index + 1}: return={episode.episode_return:.2f} "
+        f"episode {episode.index + 1}: return={episode.episode_return:.2f}{policies} "
         f"length={episode.length}{status}{video}"
     )
 
@@ -819,8 +848,13 @@ def _checkpoints_inspect(args: argparse.Namespace) -> int:
     )
     if metadata.get("score"):
         print(f"score: {metadata['score'].get('attribute')} = {metadata['score'].get('value')}")
-    print(f"observation_space: {json.dumps(metadata.get('observation_space'))}")
-    print(f"action_space: {json.dumps(metadata.get('action_space'))}")
+    if "policies" in metadata:  # multi-agent: each policy's spaces
+        for pid, spec in metadata["policies"].items():
+            print(f"policy {pid}: observation_space: {json.dumps(spec.get('observation_space'))}")
+            print(f"policy {pid}: action_space: {json.dumps(spec.get('action_space'))}")
+    else:
+        print(f"observation_space: {json.dumps(metadata.get('observation_space'))}")
+        print(f"action_space: {json.dumps(metadata.get('action_space'))}")
     print(f"versions: {json.dumps(metadata.get('versions', {}))}")
     for name, described in metadata.get("files", {}).items():
         print(f"file: {name} {_size(described['size'])} sha256={described['sha256']}")

@@ -30,7 +30,7 @@ from rltrainer.env.multi_agent_examples import (
     policy_per_agent,
     shared_policy,
 )
-from rltrainer.errors import ConfigError
+from rltrainer.errors import ConfigError, EnvError
 from rltrainer.policy import Policy, PolicySpec
 
 # The two-CartPole tuned example's settings (tuned_examples/ppo_multi_cartpole.yaml).
@@ -420,3 +420,135 @@ def test_a_multi_agent_env_alone_trains_one_shared_default_policy(tmp_path):
         assert isinstance(algo.get_policy().model, torch.nn.Module)
     finally:
         algo.stop()
+
+
+class ComingsAndGoings(MultiAgentEnv):
+    """Agent "a" acts from the start and leaves after 3 steps (terminated); "b" appears after
+    step 2; the episode is truncated after step 6. Observations count the steps."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        space = gym.spaces.Box(-1000.0, 1000.0, (1,), np.float32)
+        self.observation_spaces = dict.fromkeys(self.possible_agents, space)
+        self.action_spaces = dict.fromkeys(self.possible_agents, gym.spaces.Discrete(2))
+
+    def reset(self, *, seed=None, options=None):
+        self.t, self.agents = 0, ["a"]
+        return {"a": np.zeros(1, np.float32)}, {}
+
+    def step(self, action_dict):
+        assert set(action_dict) == set(self.agents)
+        self.t += 1
+        obs = dict.fromkeys(self.agents, np.full(1, self.t, np.float32))
+        rewards = dict.fromkeys(self.agents, 1.0)
+        terminateds, truncateds = {"__all__": False}, {"__all__": self.t == 6}
+        if self.t == 2:
+            self.agents.append("b")
+            obs["b"] = np.full(1, self.t, np.float32)
+        if self.t == 3:
+            terminateds["a"] = True
+            self.agents.remove("a")
+        return obs, rewards, terminateds, truncateds, {}
+
+
+def by_name(agent_id, episode=None, worker=None, **kwargs):
+    return f"p{agent_id}"
+
+
+def plus_100(agent_obs, worker, base_env, policies, episode):
+    return {agent: obs + 100.0 for agent, obs in agent_obs.items()}
+
+
+@pytest.mark.parametrize("observation_fn", [None, plus_100])
+def test_agents_that_appear_and_leave_get_their_own_pieces(tmp_path, observation_fn):
+    algo = (
+        PPOConfig()
+        .environment(ComingsAndGoings)
+        .env_runners(rollout_fragment_length=6)
+        .training(train_batch_size=6, minibatch_size=6)
+        .multi_agent(policies={"pa", "pb"}, policy_mapping_fn=by_name, observation_fn=observation_fn)
+        .reporting(storage_path=str(tmp_path))
+        .build()
+    )
+    try:
+        batch, episodes = algo.workers.local_worker().sample()
+        shift = 0.0 if observation_fn is None else 100.0
+        a, b = batch.policy_batches["pa"], batch.policy_batches["pb"]
+        assert a.obs[a.valid].ravel().tolist() == [shift, 1 + shift, 2 + shift]
+        assert a.terminateds[a.valid].tolist() == [False, False, True]
+        assert b.obs[b.valid].ravel().tolist() == [2 + shift, 3 + shift, 4 + shift, 5 + shift]
+        assert b.truncateds[b.valid].tolist() == [False, False, False, True]  # bootstraps from ...
+        assert b.last_obs.ravel().tolist() == [6 + shift]  # ... its final observation
+        assert b.rewards[b.valid].tolist() == [1.0] * 4
+        assert batch.agent_steps == 7 and batch.env_steps == 6
+        (episode,) = episodes
+        assert episode.episode_return == 7.0 and dict(episode.policy_returns) == {"pa": 3.0, "pb": 4.0}
+        algo.train()
+    finally:
+        algo.stop()
+
+
+class Intruder(ComingsAndGoings):
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return {**obs, "z": np.zeros(1, np.float32)}, rewards, terminateds, truncateds, infos
+
+
+def test_an_agent_the_env_never_declared_is_named(tmp_path):
+    config = (
+        PPOConfig()
+        .environment(Intruder, disable_env_checking=True)  # past build(): the first step names it
+        .multi_agent(policies={"pa", "pb"}, policy_mapping_fn=by_name)
+        .reporting(storage_path=str(tmp_path))
+    )
+    algo = config.build()
+    try:
+        with pytest.raises(
+            EnvError, match="step\\(\\) names agent 'z', which is not one of its possible_agents"
+        ):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+def test_evaluating_a_multi_agent_checkpoint_reports_each_policy(tmp_path):
+    from rltrainer.evaluation import evaluate, load_checkpoint
+
+    algo = two_cartpoles(tmp_path).build()
+    try:
+        path = algo.save(str(tmp_path / "ckpt"))
+    finally:
+        algo.stop()
+    loaded = load_checkpoint(path)
+    try:
+        result = evaluate(loaded, episodes=2)
+        assert len(result.finished) == 2
+        for episode in result.episodes:
+            assert set(episode.policy_returns) == {"p0", "p1"}
+            assert episode.episode_return == pytest.approx(sum(episode.policy_returns.values()))
+        with pytest.raises(EnvError, match="videos record single-agent envs"):
+            evaluate(loaded, episodes=1, video_dir=tmp_path / "videos")
+    finally:
+        loaded.stop()
+
+
+def test_the_cli_exports_one_policy_of_a_multi_agent_checkpoint(tmp_path, capsys):
+    from rltrainer.cli import main
+
+    algo = two_cartpoles(tmp_path).build()
+    try:
+        path = algo.save(str(tmp_path / "ckpt"))
+    finally:
+        algo.stop()
+    assert main(["export", path, "--out", str(tmp_path / "out"), "--format", "torchscript"]) == 2
+    assert "multi-agent (no --policy-id): choose one of its policies with --policy-id (p0, p1)" in (
+        capsys.readouterr().err
+    )
+    assert (
+        main(["export", path, "--out", str(tmp_path / "out"), "--format", "torchscript", "--policy-id", "p1"])
+        == 0
+    )
+    assert (tmp_path / "out" / "model.pt").exists()
+    assert main(["checkpoints", "inspect", path]) == 0
+    assert "policy p1: action_space" in capsys.readouterr().out

@@ -101,30 +101,65 @@ def test_operator_imports_and_validates_without_torch_or_ray(algorithm: str) -> 
         "bad-config": experiment(algorithm, {**spec["config"], "gama": 0.9}, stop),
         "bad-stop": experiment(algorithm, spec["config"], {**stop, "reward": 1}),
     }
-    outcome = run_without_torch(
+    outcome = validate_without_torch(bodies)
+    assert outcome["heavy"] == []
+    assert {name: problem and problem[0] for name, problem in outcome["problems"].items()} == {
+        "valid": None,
+        "bad-config": "spec.config.gama",
+        "bad-stop": "spec.stop.reward",
+    }
+
+
+def validate_without_torch(bodies: dict[str, Any]) -> dict[str, Any]:
+    """The operator's validation of each body, torch and Ray unimportable: ``problems`` (per
+    body ``None`` or ``[field, message]``) and ``heavy``, the torch, Ray and ``users_package``
+    modules imported meanwhile (the operator must import none)."""
+    return run_without_torch(
         """
         import json
         import rltrainer_operator.handlers
         from rltrainer_operator.validation import InvalidSpec, validate_experiment
 
-        fields = {}
+        problems = {}
         for name, body in json.load(sys.stdin).items():
             try:
                 validate_experiment(body)
-                fields[name] = None
+                problems[name] = None
             except InvalidSpec as err:
-                fields[name] = err.field
-        heavy = sorted(m for m in sys.modules if m.partition(".")[0] in ("torch", "ray"))
-        print(json.dumps({"fields": fields, "heavy": heavy}))
+                problems[name] = [err.field, str(err)]
+        heavy = sorted(m for m in sys.modules if m.partition(".")[0] in ("torch", "ray", "users_package"))
+        print(json.dumps({"problems": problems, "heavy": heavy}))
         """,
         bodies,
     )
-    assert outcome["heavy"] == []
-    assert outcome["fields"] == {
-        "valid": None,
-        "bad-config": "spec.config.gama",
-        "bad-stop": "spec.stop.reward",
+
+
+def test_a_multi_agent_experiment_validates_without_importing_its_env_or_mapping() -> None:
+    """Policies and the mapping are import paths in ``spec.config``; the operator checks them
+    without importing them (the user's package is in the trainer image, not the operator's)."""
+    config = {
+        "policies": ["p0", "p1"],
+        "policy_mapping_fn": "users_package.mapping:agent_to_policy",
+        "policies_to_train": ["p0"],
     }
+    stop = {"policy_reward_mean/p0": 475, "episode_reward_mean": 100}
+    bodies = {
+        "valid": experiment("PPO", config, stop),
+        "unknown-policy": experiment("PPO", {**config, "policies_to_train": ["p9"]}, stop),
+        "no-mapping": experiment("PPO", {"policies": ["p0", "p1"]}, stop),
+        "impala": experiment("IMPALA", config, {"episode_reward_mean": 100}),
+    }
+    for body in bodies.values():
+        body["spec"]["env"] = "users_package.envs:TwoArmies"
+    outcome = validate_without_torch(bodies)
+    assert outcome["heavy"] == []
+    fields = outcome["problems"]
+    assert fields["valid"] is None
+    assert (
+        fields["unknown-policy"][0] == "spec.config" and "unknown policy 'p9'" in fields["unknown-policy"][1]
+    )
+    assert "need a policy_mapping_fn" in fields["no-mapping"][1]
+    assert "IMPALA trains one policy" in fields["impala"][1]
 
 
 def test_configs_import_without_torch_and_still_build_their_algorithm() -> None:

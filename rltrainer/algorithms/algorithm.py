@@ -141,6 +141,10 @@ class Algorithm(Trainable):
         if config.is_offline:  # the files are listed once, here: a missing input fails at build()
             config._input_sources = None
             config.get_input_sources()
+        if config.is_multi_agent:  # the mapping imported, the algorithm able to train several policies
+            from rltrainer.algorithms.algorithm_config import check_multi_agent
+
+            check_multi_agent(config)
         # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.
         self._placement = None
         if needs_ray(config):

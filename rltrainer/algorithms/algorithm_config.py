@@ -789,8 +789,8 @@ class AlgorithmConfig(BaseModel):
                 raise ConfigError(f"evaluation_config: {str(err).removeprefix('config(): ')}") from None
         _check_evaluation(self)
         _check_offline(self)
-        if self.is_multi_agent:
-            _check_multi_agent(self)
+        if self.policies is not None or self.policy_mapping_fn is not None:
+            check_multi_agent(self, imports=False)  # (a MultiAgentEnv alone: checked at build())
 
     @property
     def is_multi_agent(self) -> bool:
@@ -1204,9 +1204,11 @@ def _check_offline(config: AlgorithmConfig) -> None:
         )
 
 
-def _check_multi_agent(config: AlgorithmConfig) -> None:
+def check_multi_agent(config: AlgorithmConfig, imports: bool = True) -> None:
     """What a multi-agent config must hold together (spaces and the mapping are checked when
-    the env runners are built, against the env's agents)."""
+    the env runners are built, against the env's agents). ``imports=False`` (``validate()``, which
+    the operator runs) imports no user code: the mapping and ``observation_fn`` are imported by
+    the driver, at ``build()``."""
     from rltrainer.policy_spec import mapping_function
 
     name = config.ALGORITHM or type(config).__name__
@@ -1223,10 +1225,13 @@ def _check_multi_agent(config: AlgorithmConfig) -> None:
                 f"multi_agent(): policies_to_train names unknown policy {unknown[0]!r}; "
                 f"policies: {', '.join(policies)}"
             )
-    mapping_function(config)  # ConfigError: several policies without a mapping, or a bad name
-    from rltrainer.utils.import_paths import resolve_function
+    if imports:
+        from rltrainer.utils.import_paths import resolve_function
 
-    resolve_function("observation_fn", config.observation_fn)
+        mapping_function(config)  # ConfigError: several policies without a mapping, or a bad name
+        resolve_function("observation_fn", config.observation_fn)
+    elif config.policy_mapping_fn is None and len(policies) > 1:
+        mapping_function(config)  # its ConfigError: several policies need a mapping
     for pid, spec in policies.items():
         if spec.config:
             unknown = sorted(set(spec.config) - set(config._all_fields()) - set(ALIASES))

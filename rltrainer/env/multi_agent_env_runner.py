@@ -198,6 +198,7 @@ class MultiAgentEnvRunner:
 
             check_multi_agent_env(self.envs[0], config.env_name)
         self._mapping_fn = mapping_function(config)
+        self._known_agents = frozenset(getattr(self.envs[0], "possible_agents", None) or ())
         self.policy_mapping_fn_setting: Any = None
         """The mapping given to ``add_policy``/``remove_policy`` (``None``: the config's)."""
         self._observation_fn = resolve_function("observation_fn", config.observation_fn)
@@ -672,10 +673,19 @@ class MultiAgentEnvRunner:
         return self.filter.filters[pid](flat, update=update_filter)
 
     def _check_agents(self, obs: Any, rewards: Any, call: str) -> None:
+        """Dicts, naming only agents the env declares (``possible_agents``, when it has them)."""
         if not isinstance(obs, dict) or not isinstance(rewards, dict):
             raise EnvError(
                 f"env {self.config.env!r}: {call} of a multi-agent env returns dicts keyed by agent id; "
                 f"got {type(obs).__name__} observations"
+            )
+        if self._known_agents and not (
+            obs.keys() <= self._known_agents and rewards.keys() <= self._known_agents
+        ):
+            unknown = sorted(map(repr, (set(obs) | set(rewards)) - self._known_agents))
+            raise EnvError(
+                f"env {self.config.env!r}: {call} names agent {unknown[0]}, which is not one of its "
+                f"possible_agents {sorted(self._known_agents, key=str)}"
             )
 
     def _take_rollouts(self) -> dict[str, Rollout]:

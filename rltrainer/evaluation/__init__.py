@@ -38,6 +38,8 @@ class Episode:
     finished: bool
     """False for the last episode of a ``steps`` budget that ran out before it ended."""
     video_path: Path | None = None
+    policy_returns: dict[str, float] | None = None
+    """Multi-agent: each policy's agents' returns, summed per policy."""
 
 
 @dataclasses.dataclass
@@ -103,6 +105,10 @@ def evaluate(
         episodes = DEFAULT_EPISODES
     explore = default_explore(algo) if explore is None else explore
     config = algo.config
+    if algo._multi_agent:
+        if video_dir is not None:
+            raise EnvError("videos record single-agent envs: run a multi-agent checkpoint without --video")
+        return _evaluate_multi_agent(algo, episodes, steps, explore, on_episode)
     env = make_env(config.env, EnvContext(config.env_config), render_mode="rgb_array" if video_dir else None)
     try:
         if video_dir is not None:
@@ -156,6 +162,28 @@ def _run_episode(
         length += 1
         ended = terminated or truncated
     return Episode(index=0, episode_return=total, length=length, finished=ended)
+
+
+def _evaluate_multi_agent(
+    algo: Algorithm,
+    episodes: int | None,
+    steps: int | None,
+    explore: bool,
+    on_episode: Callable[[Episode], None] | None,
+) -> EvaluationResult:
+    """A multi-agent checkpoint's episodes, run by its env runner (one env, every policy acting)."""
+    runner = algo.env_runner_group.local_worker()
+    ended, _ = runner.sample_episodes(num_episodes=episodes, num_timesteps=steps, explore=explore)
+    done = []
+    for index, stats in enumerate(ended):
+        returns: dict[str, float] = {}
+        for pid, value in stats.policy_returns or ():
+            returns[pid] = returns.get(pid, 0.0) + value
+        episode = Episode(index, stats.episode_return, stats.episode_len, True, None, returns)
+        done.append(episode)
+        if on_episode is not None:
+            on_episode(episode)
+    return EvaluationResult(done)  # (with a steps budget: the episodes it finished)
 
 
 def _check_renders(env: gym.Env, name: str) -> None:
