@@ -79,8 +79,10 @@ class Policy:
             self.exploration: Exploration = make_exploration(
                 config.exploration_config, self.policy_action_space(), self.rng
             )
+            self.exploration.attach(self)
         except ValueError as err:
             raise ConfigError(f"exploration_config {config.exploration_config}: {err}") from None
+        self._perturbs = self.exploration.perturbs_parameters  # ParameterNoise: its own network
         self.observation_filter: Any = None
         """The env runner's observation filter (set by the runner; exports bake it in)."""
         self.global_timestep = 0
@@ -321,6 +323,9 @@ class Policy:
             # call where possible (the env runners' hot path).
             mlp, rng = self._numpy_policy, self.rng
             actions, logp, dist_inputs = Categorical.sample_mlp(mlp, flat_obs, explore, rng)
+        elif self._perturbs:
+            dist_inputs = self.exploration.forward(self._numpy_policy, flat_obs, explore, timestep)
+            actions, logp = self._explore(dist_inputs, flat_obs, explore, timestep)
         else:
             dist_inputs = self._numpy_policy(flat_obs)
             actions, logp = self._explore(dist_inputs, flat_obs, explore, timestep)

@@ -322,7 +322,108 @@ def test_memory_tracking_callbacks_report_the_runner_and_its_top_lines(tmp_path)
     assert lines and all(re.fullmatch(r".+:\d+_size_mean", key) for key in lines)
 
 
-@pytest.mark.parametrize("kind", ["ParameterNoise", "ray.rllib.utils.exploration.curiosity.Curiosity"])
+@pytest.mark.parametrize("kind", ["Curiosity", "ray.rllib.utils.exploration.curiosity.Curiosity"])
 def test_rllibs_other_explorations_are_refused_saying_what_to_use(kind):
-    with pytest.raises(ConfigError, match=r"rltrainer has no (ParameterNoise|Curiosity) yet; (use|add)"):
+    with pytest.raises(ConfigError, match=r"rltrainer has no Curiosity yet; add"):
         PPOConfig().environment("Pendulum-v1").exploration(exploration_config={"type": kind})
+
+
+# --- ParameterNoise ---------------------------------------------------------------------------
+def parameter_noise_dqn(tmp_path, **exploration):
+    from rltrainer.algorithms.dqn import DQNConfig
+
+    config = (
+        DQNConfig()
+        .environment("CartPole-v1")
+        .exploration(exploration_config={"type": "ParameterNoise", "random_timesteps": 0, **exploration})
+        .training(num_steps_sampled_before_learning_starts=0, train_batch_size=32)
+        .reporting(storage_path=str(tmp_path), min_sample_timesteps_per_iteration=100)
+        .debugging(seed=0)
+    )
+    return config.build()
+
+
+def test_parameter_noise_acts_with_perturbed_weights_that_never_reach_the_learner(tmp_path):
+    algo = parameter_noise_dqn(tmp_path, initial_stddev=0.5)
+    try:
+        policy = algo.get_policy()
+        noise = policy.exploration
+        assert isinstance(
+            noise, exploration_class("rltrainer.utils.exploration.parameter_noise.ParameterNoise")
+        )
+        learner = algo.learner_group.local_learner
+        assert policy.model is learner.module  # the driver's runner acts with the learner's module
+        before = {k: v.clone() for k, v in learner.module.state_dict().items()}
+        obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+        clean = policy._numpy_policy(obs)
+        noisy = policy.compute(obs, explore=True)["action_dist_inputs"]
+        assert not np.allclose(noisy, clean)
+        np.testing.assert_allclose(policy.compute(obs, explore=False)["action_dist_inputs"], clean)
+        assert np.array_equal(policy.compute(obs, explore=True)["action_dist_inputs"], noisy)  # one draw
+        episodes = algo.workers.local_worker().sample_episodes(num_episodes=2, explore=True)[0]
+        assert len(episodes) == 2  # each end: a new draw, an adapted stddev
+        assert all(np.array_equal(v, before[k]) for k, v in learner.module.state_dict().items())
+        assert noise.stddev != 0.5
+        assert round(np.log(noise.stddev / 0.5) / np.log(1.01)) == pytest.approx(
+            np.log(noise.stddev / 0.5) / np.log(1.01), abs=1e-6
+        )  # moved in steps of 1.01
+        assert not np.array_equal(policy.compute(obs, explore=True)["action_dist_inputs"], noisy)
+        result = algo.train()
+        assert np.isfinite(result["episode_return_mean"])
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize(("stddev", "direction"), [(5.0, "down"), (1e-4, "up")])
+def test_parameter_noise_adapts_towards_epsilon_greedys_distance(stddev, direction):
+    """Discrete actions: the stddev grows while the perturbed policy's KL from the clean one is
+    below -log(1 - eps + eps / n) (eps 0.01 after the random phase) and shrinks above it."""
+    from rltrainer.algorithms.dqn import DQNConfig
+
+    config = DQNConfig().environment("CartPole-v1")
+    config.exploration(
+        exploration_config={"type": "ParameterNoise", "random_timesteps": 0, "initial_stddev": stddev}
+    )
+    policy = config.get_policy_class()(
+        spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), config, seed=0
+    )
+    noise = policy.exploration
+    obs = np.random.default_rng(1).normal(size=(32, 4)).astype(np.float32)
+    policy.global_timestep = 100
+    policy.compute(obs, explore=True)
+    assert noise._delta() == pytest.approx(-np.log(1 - 0.01 + 0.01 / 2))
+    noise.on_episodes_done(np.array([True]))
+    assert noise.stddev == pytest.approx(stddev / 1.01 if direction == "down" else stddev * 1.01)
+
+
+def test_parameter_noise_on_continuous_actions_uses_ornstein_uhlenbeck_after_it(tmp_path):
+    from rltrainer.algorithms.ddpg import DDPGConfig
+    from rltrainer.core.exploration import OrnsteinUhlenbeckNoise
+
+    config = (
+        DDPGConfig()
+        .environment("Pendulum-v1")
+        .exploration(exploration_config={"type": "ParameterNoise", "random_timesteps": 50})
+        .training(num_steps_sampled_before_learning_starts=50, train_batch_size=32)
+        .reporting(storage_path=str(tmp_path), min_sample_timesteps_per_iteration=250)
+        .debugging(seed=0)
+    )
+    algo = config.build()
+    try:
+        noise = algo.get_policy().exploration
+        assert isinstance(noise.sub_exploration, OrnsteinUhlenbeckNoise)
+        algo.train()  # one Pendulum episode (200 steps) ended: one adaptation
+        assert noise.stddev in (pytest.approx(1.01), pytest.approx(1 / 1.01))
+    finally:
+        algo.stop()
+
+
+def test_parameter_noise_refuses_what_it_cannot_perturb():
+    with pytest.raises(ConfigError, match="ParameterNoise perturbs feed-forward networks; remove use_lstm"):
+        PPOConfig().environment("CartPole-v1").training(model={"use_lstm": True}).exploration(
+            exploration_config={"type": "ParameterNoise"}
+        ).build()
+    with pytest.raises(ConfigError, match="ParameterNoise needs a Discrete or Box action space"):
+        PPOConfig().environment("CartPole-v1").environment(action_space=spaces.MultiBinary(3)).exploration(
+            exploration_config={"type": "ParameterNoise"}
+        ).build()

@@ -63,6 +63,17 @@ class Exploration:
         """Called by each env runner once built: its index (0: the driver's) among
         ``num_workers`` remote ones (RLlib's ``worker_info``; the per-worker variants use it)."""
 
+    #: Whether the policy's network outputs go through ``forward`` (explorations that act with
+    #: other weights than the policy's, e.g. ``ParameterNoise``); off for every other one.
+    perturbs_parameters = False
+
+    def attach(self, policy: Any) -> None:  # noqa: B027 - optional hook
+        """Called by the policy that owns this exploration, once its network exists."""
+
+    def forward(self, network: Any, flat_obs: np.ndarray, explore: bool, timestep: int) -> np.ndarray:  # noqa: ARG002
+        """The distribution's inputs for ``flat_obs`` (``perturbs_parameters`` explorations only)."""
+        return network(flat_obs)
+
     def random_actions(self, batch_size: int, valid: np.ndarray | None = None) -> np.ndarray:
         """Uniform actions from the policy's action space, as a ``[B, ...]`` batch; with an
         action mask ``valid`` (``[B, n]``), uniform among each row's allowed actions."""
@@ -295,6 +306,129 @@ class PerWorkerOrnsteinUhlenbeckNoise(OrnsteinUhlenbeckNoise):
     set_worker = PerWorkerGaussianNoise.set_worker
 
 
+class ParameterNoise(Exploration):
+    """Parameter space noise (Plappert et al. 2018; RLlib's ``ParameterNoise``).
+
+    While exploring, the policy acts with a copy of its network whose weights carry Gaussian
+    noise ``N(0, stddev)``, drawn anew each time an episode of the env runner ends (one draw for
+    all its envs); ``explore=False`` acts with the network itself, and the noise never reaches
+    the weights that learn. After each episode the stddev adapts (x1.01 or /1.01) so that the
+    perturbed policy stays about as far from the unperturbed one as ``sub_exploration``'s own
+    noise would take it: for discrete actions the mean KL divergence of the two action
+    distributions (softmax of the outputs) against ``-log(1 - eps + eps / n)``, ``eps`` the
+    sub-exploration's epsilon; for continuous actions the RMS distance of the two actions against
+    the sub-exploration's noise scale. ``sub_exploration`` then turns the perturbed outputs into
+    actions; by default (RLlib's) epsilon-greedy with epsilon 1.0 for ``random_timesteps``, then
+    0.01 (Discrete), or Ornstein-Uhlenbeck noise after ``random_timesteps`` random ones (Box).
+    Feed-forward networks on the CPU (DQN, DDPG/TD3, PPO).
+    """
+
+    perturbs_parameters = True
+
+    def __init__(
+        self,
+        action_space: spaces.Space,
+        *,
+        initial_stddev: float = 1.0,
+        random_timesteps: int = 10_000,
+        sub_exploration: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(action_space, **kwargs)
+        if initial_stddev <= 0:
+            raise ValueError(f"initial_stddev must be > 0, got {initial_stddev}")
+        self.stddev = float(initial_stddev)
+        self.random_timesteps = int(random_timesteps)
+        if sub_exploration is None:
+            if isinstance(action_space, spaces.Discrete):
+                sub_exploration = {
+                    "type": "EpsilonGreedy",
+                    "initial_epsilon": 1.0,
+                    "final_epsilon": 0.01,
+                    "warmup_timesteps": self.random_timesteps,
+                    "epsilon_timesteps": 1,
+                }
+            elif isinstance(action_space, spaces.Box):
+                sub_exploration = {
+                    "type": "OrnsteinUhlenbeckNoise",
+                    "random_timesteps": self.random_timesteps,
+                }
+            else:
+                raise ValueError(f"ParameterNoise needs a Discrete or Box action space, got {action_space}")
+        self.sub_exploration = make_exploration(sub_exploration, action_space, self.rng)
+        self._policy: Any = None
+        self._noisy: Any = None  # the perturbed network's numpy inference (None: draw at next use)
+        self._distances: list[float] = []
+        self._timestep = 0
+
+    def attach(self, policy: Any) -> None:
+        if getattr(policy, "recurrent", False):
+            raise ValueError("ParameterNoise perturbs feed-forward networks; remove use_lstm")
+        self._policy = policy
+
+    def forward(self, network: Any, flat_obs: np.ndarray, explore: bool, timestep: int) -> np.ndarray:
+        clean = network(flat_obs)
+        if not explore or self._policy is None:
+            return clean
+        if self._noisy is None:
+            self._noisy = self._perturbed_network()
+        noisy = self._noisy(flat_obs)
+        self._distances.append(self._distance(clean, noisy))
+        self._timestep = timestep
+        return noisy
+
+    def _perturbed_network(self) -> Any:
+        """A copy of the policy's network (as it is now) with noise on every weight."""
+        import copy
+
+        import torch
+
+        if self._policy.device.type != "cpu":
+            raise ValueError("ParameterNoise acts on the CPU: set num_gpus_per_env_runner=0")
+        model = copy.deepcopy(self._policy.model)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                noise = self.rng.standard_normal(tuple(parameter.shape)).astype(np.float32)
+                parameter.add_(torch.from_numpy(noise) * self.stddev)
+        return model.numpy_policy()
+
+    def _distance(self, clean: np.ndarray, noisy: np.ndarray) -> float:
+        if isinstance(self.action_space, spaces.Discrete):
+            p, q = _softmax(clean), _softmax(noisy)
+            return float(np.mean(np.sum(p * np.log((p + 1e-8) / (q + 1e-8)), axis=-1)))
+        return float(np.sqrt(np.mean(np.square(clean - noisy))))
+
+    def _delta(self) -> float:
+        """How far the sub-exploration's own noise takes the policy now (the adaptation's target)."""
+        sub, timestep = self.sub_exploration, self._timestep
+        if isinstance(self.action_space, spaces.Discrete):
+            epsilon = sub.epsilon(timestep) if isinstance(sub, EpsilonGreedy) else 0.01
+            return float(-np.log(1.0 - epsilon + epsilon / self.action_space.n))
+        if isinstance(sub, OrnsteinUhlenbeckNoise):
+            return sub.scale(timestep) * sub.ou_base_scale * sub.ou_sigma
+        if isinstance(sub, GaussianNoise):
+            return sub.scale(timestep) * sub.stddev
+        return 0.1
+
+    def get_exploration_action(self, action_distribution, timestep, explore=True):
+        return self.sub_exploration.get_exploration_action(action_distribution, timestep, explore)
+
+    def on_episodes_done(self, dones: np.ndarray) -> None:
+        self.sub_exploration.on_episodes_done(dones)
+        if not dones.any():
+            return
+        if self._distances:
+            distance = float(np.mean(self._distances))
+            self.stddev = self.stddev * 1.01 if distance <= self._delta() else self.stddev / 1.01
+            self._distances = []
+        self._noisy = None  # the next episode acts with a new draw (and the current weights)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
 BUILTIN: dict[str, type[Exploration]] = {
     cls.__name__: cls
     for cls in (
@@ -307,14 +441,13 @@ BUILTIN: dict[str, type[Exploration]] = {
         PerWorkerEpsilonGreedy,
         PerWorkerGaussianNoise,
         PerWorkerOrnsteinUhlenbeckNoise,
+        ParameterNoise,
     )
 }
 
 
 #: RLlib's built-ins that rltrainer does not have yet, with what to use meanwhile.
 NOT_BUILT: dict[str, str] = {
-    "ParameterNoise": "use GaussianNoise or OrnsteinUhlenbeckNoise (action-space noise) for DDPG/TD3/SAC, "
-    "EpsilonGreedy for DQN",
     "Curiosity": "add an intrinsic reward in a callback's on_postprocess_trajectory, or use a "
     "count-based bonus in an env wrapper",
 }
@@ -396,6 +529,7 @@ __all__ = [
     "Exploration",
     "GaussianNoise",
     "OrnsteinUhlenbeckNoise",
+    "ParameterNoise",
     "PerWorkerEpsilonGreedy",
     "PerWorkerGaussianNoise",
     "PerWorkerOrnsteinUhlenbeckNoise",
