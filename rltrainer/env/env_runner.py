@@ -260,6 +260,7 @@ class EnvRunner:
         if any(overrides(self.callbacks, hook) for hook in EPISODE_HOOKS):
             self._tracker = EpisodeTracker(self, self.callbacks)
         self._calls_sample_end = overrides(self.callbacks, "on_sample_end")
+        self._postprocesses_rollouts = hasattr(self.policy.exploration, "postprocess_rollout")
         _set_global_worker(self)
 
     # --- sampling ------------------------------------------------------------------
@@ -289,6 +290,8 @@ class EnvRunner:
                 logger.warning("env runner %d: %s; recreating its envs", self.worker_index, err)
                 self._recreate_envs()
                 continue
+            if self._postprocesses_rollouts:  # e.g. Curiosity: intrinsic rewards added
+                rollout = self.policy.exploration.postprocess_rollout(rollout)
             if self._calls_sample_end:
                 rollout = self._sample_end(rollout)
             if self.output_writer is not None:

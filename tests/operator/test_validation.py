@@ -209,10 +209,10 @@ INVALID = [
     ("config-owns-env", {"config": {"env": "Pendulum-v1"}}, OPERATOR, "spec.config.env", "spec.env"),
     (
         "config-unknown-exploration",
-        {"config": {"exploration_config": {"type": "Curiosity"}}},
+        {"config": {"exploration_config": {"type": "Curiousity"}}},
         OPERATOR,
         "spec.config.exploration_config",
-        "exploration_config type 'Curiosity': rltrainer has no Curiosity yet",
+        "unknown exploration_config type 'Curiousity'",
     ),
     (
         "unknown-stop-key",

@@ -27,6 +27,7 @@ DOCUMENTED_MODULES: dict[str, tuple[str, ...]] = {
     "per_worker_gaussian_noise": ("PerWorkerGaussianNoise",),
     "per_worker_ornstein_uhlenbeck_noise": ("PerWorkerOrnsteinUhlenbeckNoise",),
     "parameter_noise": ("ParameterNoise",),
+    "curiosity": ("Curiosity",),
 }
 
 for _module, _classes in DOCUMENTED_MODULES.items():
