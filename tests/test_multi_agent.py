@@ -552,3 +552,45 @@ def test_the_cli_exports_one_policy_of_a_multi_agent_checkpoint(tmp_path, capsys
     assert (tmp_path / "out" / "model.pt").exists()
     assert main(["checkpoints", "inspect", path]) == 0
     assert "policy p1: action_space" in capsys.readouterr().out
+
+
+def test_a_replaced_runner_gets_the_frozen_policies_weights_too(tmp_path):
+    import ray
+
+    config = two_cartpoles(tmp_path, policies_to_train=["p0"]).env_runners(num_env_runners=1)
+    config.fault_tolerance(delay_between_env_runner_restarts_s=0.0).resources(num_cpus_per_env_runner=0.5)
+    algo = config.build()
+    try:
+        frozen = weights_of(algo.get_policy("p1"))
+        ray.kill(algo.workers.remote_workers[0])
+        while algo.workers.num_restarts == 0:
+            algo.train()
+        algo.train()
+        remote = ray.get(algo.workers.remote_workers[0].get_weights.remote())
+        assert same_weights(remote["p1"], frozen)  # not the replacement's own initialization
+        assert same_weights(remote["p0"], algo.get_policy("p0").get_weights())
+    finally:
+        algo.stop()
+
+
+def test_a_registered_creator_of_a_pettingzoo_env_is_found_multi_agent(tmp_path):
+    """The creator's first env says it is multi-agent: no extra env is made to find out."""
+    import pettingzoo
+
+    from rltrainer.env import register_env
+
+    made = []
+
+    def creator(config):
+        made.append(config)
+        return pettingzoo.make("aec", "classic/rps-v2", max_cycles=5)
+
+    register_env("raw_rps_for_test", creator)
+    algo = PPOConfig().environment("raw_rps_for_test").reporting(storage_path=str(tmp_path))
+    algo = algo.training(train_batch_size=100, minibatch_size=50).build()
+    try:
+        assert list(algo.workers.local_worker().policy_map) == ["default_policy"]  # shared by both players
+        assert algo.train()["policy_reward_mean"]["default_policy"] == 0.0  # a zero-sum game against itself
+        assert len(made) == 2  # the first (closed once found multi-agent), then the runner's own
+    finally:
+        algo.stop()

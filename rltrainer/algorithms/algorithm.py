@@ -141,10 +141,6 @@ class Algorithm(Trainable):
         if config.is_offline:  # the files are listed once, here: a missing input fails at build()
             config._input_sources = None
             config.get_input_sources()
-        if config.is_multi_agent:  # the mapping imported, the algorithm able to train several policies
-            from rltrainer.algorithms.algorithm_config import check_multi_agent
-
-            check_multi_agent(config)
         # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.
         self._placement = None
         if needs_ray(config):
@@ -154,7 +150,7 @@ class Algorithm(Trainable):
             self.env_runner_group = EnvRunnerGroup(config, self._placement)
             self.workers = self.env_runner_group  # RLlib's older name
             local = self.env_runner_group.local_worker()
-            self._multi_agent = config.is_multi_agent
+            self._multi_agent = self.env_runner_group.multi_agent
             # A multi-agent algorithm has no one pair of spaces: each policy has its own (get_policy(pid)).
             self.observation_space = None if self._multi_agent else local.observation_space
             self.action_space = None if self._multi_agent else local.action_space

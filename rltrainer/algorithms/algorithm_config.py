@@ -801,7 +801,7 @@ class AlgorithmConfig(BaseModel):
         if self._env_is_multi_agent is None:
             from rltrainer.env.multi_agent_env_runner import env_is_multi_agent
 
-            self._env_is_multi_agent = env_is_multi_agent(self.env, self.env_config)
+            self._env_is_multi_agent = env_is_multi_agent(self.env)
         return self._env_is_multi_agent
 
     def get_multi_agent_setup(self) -> dict[str, Any]:

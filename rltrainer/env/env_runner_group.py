@@ -18,7 +18,7 @@ import numpy as np
 from rltrainer.core.cluster import Placement, env_runner_bundle
 from rltrainer.env.apis.task_settable_env import resolve_env_task_fn
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
-from rltrainer.env.registry import registered_creators
+from rltrainer.env.registry import MultiAgentEnvFoundError, registered_creators
 from rltrainer.errors import CallbackError, NumericalError, WorkerError
 from rltrainer.models.catalog import ModelCatalog
 
@@ -58,18 +58,27 @@ class EnvRunnerGroup:
         self._env_tasks: dict[int, list[Any]] = {}
         self._task_results: dict[str, Any] | None = None
         self._missed_task_call: set[int] = set()
-        # Multi-agent envs sample with their own runner class (the single-agent one is untouched).
+        # Multi-agent envs sample with their own runner class (the single-agent one is untouched):
+        # known from the config, or found when the first env is made (a registered creator).
         self._runner_class = EnvRunner
         if config.is_multi_agent:
-            from rltrainer.env.multi_agent_env_runner import MultiAgentEnvRunner
-
-            self._runner_class = MultiAgentEnvRunner
-        self._local = self._runner_class(
-            config,
-            worker_index=local_worker_index,
-            num_workers=config.num_env_runners,
-            in_evaluation=in_evaluation,
-        )
+            self._use_multi_agent_runners()
+        try:
+            self._local = self._runner_class(
+                config,
+                worker_index=local_worker_index,
+                num_workers=config.num_env_runners,
+                in_evaluation=in_evaluation,
+            )
+        except MultiAgentEnvFoundError:
+            config._env_is_multi_agent = True
+            self._use_multi_agent_runners()
+            self._local = self._runner_class(
+                config,
+                worker_index=local_worker_index,
+                num_workers=config.num_env_runners,
+                in_evaluation=in_evaluation,
+            )
         if self._env_task_fn is not None:
             try:
                 self._local.task_settable_envs()  # ConfigError when the env has no tasks
@@ -88,6 +97,20 @@ class EnvRunnerGroup:
                 raise ValueError("remote env runners need the algorithm's placement group")
             self._remote = [self._create_actor(i) for i in range(config.num_env_runners)]
             self._failures = [0] * config.num_env_runners
+
+    def _use_multi_agent_runners(self) -> None:
+        """Sample with ``MultiAgentEnvRunner``s, once the config holds together as a multi-agent one
+        (the mapping imported, an algorithm that trains several policies)."""
+        from rltrainer.algorithms.algorithm_config import check_multi_agent
+        from rltrainer.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+        check_multi_agent(self.config)
+        self._runner_class = MultiAgentEnvRunner
+
+    @property
+    def multi_agent(self) -> bool:
+        """Whether the runners sample a multi-agent env (``MultiAgentEnvRunner``s)."""
+        return self._runner_class is not EnvRunner
 
     def _create_actor(self, index: int) -> Any:
         import ray
@@ -267,7 +290,9 @@ class EnvRunnerGroup:
                 ray.kill(actor)
                 self._handle_failures({index: f"did not pass its health probe ({type(err).__name__})"})
                 continue
-            if self._weights_ref is not None:
+            if self._runner_class is not EnvRunner:  # multi-agent: every policy's, frozen ones too
+                actor.set_weights.remote(ray.put(_as_numpy(self._local.get_weights())))
+            elif self._weights_ref is not None:
                 actor.set_weights.remote(self._weights_ref)
             state = self._local.get_filter_state()
             if state:

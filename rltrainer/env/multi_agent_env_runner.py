@@ -116,9 +116,10 @@ def make_multi_agent_env(env: Any, ctx: EnvContext) -> Any:
     return to_multi_agent_env(created)
 
 
-def env_is_multi_agent(env: Any, env_config: dict[str, Any]) -> bool:
+def env_is_multi_agent(env: Any) -> bool:
     """Whether ``env`` makes multi-agent envs: a ``MultiAgentEnv`` class (or path), or a
-    registered creator returning one (or a PettingZoo env; created once to find out)."""
+    registered creator that returned one (or a PettingZoo env) in this process. Nothing is
+    created here: a creator's first env tells ``EnvRunnerGroup`` (``MultiAgentEnvFoundError``)."""
     import gymnasium as gym
 
     from rltrainer.env.registry import registered_creators
@@ -127,21 +128,14 @@ def env_is_multi_agent(env: Any, env_config: dict[str, Any]) -> bool:
         return False
     if isinstance(env, str) and env not in registered_creators() and (":" not in env or env in gym.registry):
         return False  # a gymnasium id: single-agent, nothing to import or create
-    from rltrainer.env.multi_agent_env import MultiAgentEnv, is_multi_agent_env
+    from rltrainer.env.multi_agent_env import MultiAgentEnv
 
     if isinstance(env, type):
         return issubclass(env, MultiAgentEnv)
-    if env in registered_creators():
-        try:
-            created = registered_creators()[env](EnvContext(env_config))
-        except Exception:  # noqa: BLE001 - building the runner reports the creator's error
-            return False
-        try:
-            return is_multi_agent_env(created)
-        finally:
-            close = getattr(created, "close", None)
-            if callable(close):
-                close()
+    if env in registered_creators():  # known once its creator made one (EnvRunnerGroup)
+        from rltrainer.env.registry import is_known_multi_agent
+
+        return is_known_multi_agent(env)
     return _names_multi_agent_class(env)
 
 

@@ -90,6 +90,34 @@ def register_namespace(env: str) -> None:
             getattr(module, function)()
 
 
+class MultiAgentEnvFoundError(EnvError):
+    """A single-agent env runner was given a multi-agent env (a registered creator returned a
+    ``MultiAgentEnv`` or a PettingZoo env): ``EnvRunnerGroup`` samples it with multi-agent runners."""
+
+
+#: Registered names whose creator returned a multi-agent env in this process.
+_MULTI_AGENT_NAMES: set[str] = set()
+
+
+def is_known_multi_agent(name: str) -> bool:
+    """Whether ``name``'s creator returned a multi-agent env in this process (nothing is created)."""
+    return name in _MULTI_AGENT_NAMES
+
+
+def _refuse_multi_agent(created: Any, env: Any) -> None:
+    from rltrainer.env.multi_agent_env import is_multi_agent_env
+
+    if is_multi_agent_env(created):
+        if isinstance(env, str):
+            _MULTI_AGENT_NAMES.add(env)
+        close = getattr(created, "close", None)
+        if callable(close):
+            close()
+        raise MultiAgentEnvFoundError(
+            f"env {env!r} is a multi-agent env (it samples with MultiAgentEnvRunner)"
+        )
+
+
 def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.Env:
     """Create one env; ``render_mode`` is passed to gymnasium ids (e.g. for videos). Atari
     games come preprocessed (``rltrainer.env.atari``)."""
@@ -104,6 +132,7 @@ def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.E
         raise
     except TypeError as err:
         raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
+    _refuse_multi_agent(created, env)
     if _env_like(created) and (uses_old_gym_api(created) or not isinstance(created, gym.Env)):
         created = OldGymApi(created)  # reset() -> obs, step() -> 4-tuple: gymnasium's API over it
     return _checked(created, env)
