@@ -470,13 +470,14 @@ class Policy:
         """The model's parameters as numpy arrays, by name."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
 
-    def set_device(self, device: str | torch.device) -> None:
+    def set_device(self, device: str | torch.device, gpu_code_path: bool = False) -> None:
         """Run inference on ``device``: the model moves there and actions come from one torch
         call per batch (``torch_dist_inputs``); observations travel as they are (uint8 frames
-        stay uint8) and only the distribution inputs come back. ``"cpu"`` returns to numpy."""
+        stay uint8) and only the distribution inputs come back. ``"cpu"`` returns to numpy, unless
+        ``gpu_code_path`` (``fake_gpus``: the torch call on the CPU)."""
         self.device = torch.device(device)
         self.model.to(self.device)
-        if self.device.type == "cpu" or self.recurrent:  # an LSTM steps in torch wherever it is
+        if (self.device.type == "cpu" and not gpu_code_path) or self.recurrent:  # an LSTM steps in torch
             self._set_numpy_policy(self.model.numpy_policy())
         else:
             self._set_numpy_policy(torch_inference(self.torch_dist_inputs, self.model))

@@ -40,6 +40,7 @@ VALID_VALUES = {
     "policy_mapping_fn": "rltrainer.env.multi_agent_examples:policy_per_agent",
     "policies_to_train": ["p0"],
     "count_steps_by": "agent_steps",
+    "fake_gpus": True,
     "policy_states_are_swappable": True,
     "observation_fn": "tests.test_config:_observation_fn",
     "keep_per_episode_custom_metrics": True,

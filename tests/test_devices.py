@@ -263,3 +263,36 @@ def test_appo_with_async_runners_and_a_learner_actor_on_gpu_shares():
         assert np.isfinite(result["total_loss"])
     finally:
         algo.stop()
+
+
+def test_fake_gpus_lay_out_a_gpu_config_on_the_cpu(tmp_path):
+    """RLlib's ``_fake_gpus``: no GPU asked of Ray, learners on the CPU, and runners given GPUs
+    act through the GPU's code path (one torch call per batch), all on a machine without GPUs."""
+    from rltrainer.core.models import NumpyMLP
+
+    config = PPOConfig.from_dict(
+        {
+            "env": "CartPole-v1",
+            "_fake_gpus": True,
+            "num_gpus": 1,
+            "num_env_runners": 1,
+            "num_gpus_per_env_runner": 0.5,
+            "num_cpus_per_env_runner": 0.5,
+            "train_batch_size": 200,
+            "minibatch_size": 100,
+            "storage_path": str(tmp_path),
+        }
+    )
+    assert config.fake_gpus and all("GPU" not in bundle for bundle in algorithm_bundles(config))
+    algo = config.build()
+    try:
+        assert algo.learner_group.local_learner.device.type == "cpu"
+        (remote,) = algo.workers.foreach_worker(
+            lambda runner: (str(runner.policy.device), isinstance(runner.policy._numpy_policy, NumpyMLP)),
+            local_worker=False,
+        )
+        assert remote == ("cpu", False)  # the torch call, not numpy
+        assert isinstance(algo.get_policy()._numpy_policy, NumpyMLP)  # the driver's runner has no GPU
+        assert algo.train()["num_env_steps_sampled"] >= 200
+    finally:
+        algo.stop()

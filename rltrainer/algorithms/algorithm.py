@@ -881,7 +881,8 @@ class Algorithm(Trainable):
         return PlacementGroupFactory(algorithm_bundles(config), strategy=config.placement_strategy)
 
     def _learner_device(self) -> str:
-        return "cuda" if self.config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
+        gpu = self.config.num_gpus > 0 and not self.config.fake_gpus
+        return "cuda" if gpu and torch.cuda.is_available() else "cpu"
 
 
 def episode_metrics(episodes: Any, keep_per_episode_custom_metrics: bool = False) -> dict[str, Any]:

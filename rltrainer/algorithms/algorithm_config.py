@@ -60,6 +60,7 @@ ALIASES: dict[str, str] = {
     "evaluation_num_episodes": "evaluation_duration",  # counted in episodes, the default unit
     # RLlib 1.x: env steps sampled before an iteration may end (later min_sample_timesteps_per_reporting).
     "timesteps_per_iteration": "min_sample_timesteps_per_iteration",
+    "_fake_gpus": "fake_gpus",
 }
 
 
@@ -96,7 +97,6 @@ DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
     "monitor": (False, _VIDEOS),
     "record_env": (False, _VIDEOS),
     "render_env": (False, _VIDEOS),
-    "_fake_gpus": (False, "not supported: GPU code paths run on a GPU (num_gpus / num_gpus_per_learner)"),
     "torch_compile_learner": (False, "not supported: learners run torch eagerly"),
     "torch_compile_worker": (
         False,
@@ -309,6 +309,7 @@ class AlgorithmConfig(BaseModel):
             "custom_resources_per_learner",
             "placement_strategy",
             "placement_timeout_s",
+            "fake_gpus",
         ),
     }
 
@@ -553,6 +554,11 @@ class AlgorithmConfig(BaseModel):
     """Strategy of the algorithm's placement group."""
     placement_timeout_s: float = Field(60.0, gt=0)
     """How long to wait for the cluster to place all bundles before failing."""
+    fake_gpus: bool = False
+    """RLlib's ``_fake_gpus``: the GPU settings' layout on a machine without GPUs. Nothing asks
+    Ray for a GPU, learners and inference stay on the CPU, and env runners given
+    ``num_gpus_per_env_runner`` act through the GPU's code path (one torch call per batch)
+    instead of numpy: to test a GPU config where there is none."""
 
     framework_str: Literal["torch"] = "torch"
     """Only torch is supported; ``.framework("torch")`` is accepted for compatibility."""

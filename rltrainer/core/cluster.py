@@ -63,7 +63,7 @@ def learner_bundle(config: Any) -> Bundle:
     return _bundle(
         "learner",
         config.num_cpus_per_learner,
-        config.num_gpus_per_learner,
+        0 if config.fake_gpus else config.num_gpus_per_learner,
         config.custom_resources_per_learner,
     )
 
@@ -72,7 +72,7 @@ def env_runner_bundle(config: Any) -> Bundle:
     return _bundle(
         "env runner",
         config.num_cpus_per_env_runner,
-        config.num_gpus_per_env_runner,
+        0 if config.fake_gpus else config.num_gpus_per_env_runner,
         config.custom_resources_per_env_runner,
     )
 
@@ -84,7 +84,7 @@ def algorithm_bundles(config: Any) -> list[Bundle]:
     # one process, so they share its GPU share too.
     learner_gpus = config.num_gpus if config.num_learners == 0 else 0
     runner_gpus = config.num_gpus_per_env_runner if config.num_env_runners == 0 else 0
-    if max(learner_gpus, runner_gpus) > 0:
+    if max(learner_gpus, runner_gpus) > 0 and not config.fake_gpus:
         driver["GPU"] = float(max(learner_gpus, runner_gpus))
     return [driver, *actor_bundles(config)]
 

@@ -93,6 +93,8 @@ def inference_device(config: Any, worker_index: int) -> str:
     ``num_env_runners=0``) and torch sees one, else the CPU (numpy inference)."""
     if config.num_gpus_per_env_runner <= 0 or (worker_index == 0 and config.num_env_runners > 0):
         return "cpu"
+    if config.fake_gpus:  # the GPU's code path, on the CPU (gpu_code_path)
+        return "cpu"
     import torch
 
     if torch.cuda.is_available():
@@ -103,6 +105,13 @@ def inference_device(config: Any, worker_index: int) -> str:
         worker_index,
     )
     return "cpu"
+
+
+def fake_gpu_inference(config: Any, worker_index: int) -> bool:
+    """``fake_gpus`` with GPUs given to this env runner: it acts through the GPU's code path."""
+    return bool(config.fake_gpus and config.num_gpus_per_env_runner > 0) and not (
+        worker_index == 0 and config.num_env_runners > 0
+    )
 
 
 def _stack_steps(steps: list[np.ndarray]) -> np.ndarray:
@@ -224,7 +233,9 @@ class EnvRunner:
         ):
             self._check_env()  # once, in the driver, before any runner samples (spaces known good)
         self.policy.exploration.set_worker(worker_index, num_workers)
-        self.policy.set_device(inference_device(config, worker_index))
+        self.policy.set_device(
+            inference_device(config, worker_index), gpu_code_path=fake_gpu_inference(config, worker_index)
+        )
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
         self._unfiltered = type(self.filter) is NoFilter  # (MeanStdFilter subclasses it)
         self.policy.observation_filter = self.filter

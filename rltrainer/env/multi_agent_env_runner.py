@@ -32,6 +32,7 @@ from rltrainer.env.env_runner import (
     Rollout,
     _raised_at,
     _set_global_worker,
+    fake_gpu_inference,
     inference_device,
     receive_registrations,
 )
@@ -292,7 +293,10 @@ class MultiAgentEnvRunner:
         except ValueError as err:
             raise EnvError(f"policy {pid!r} ({spec.observation_space}, {spec.action_space}): {err}") from None
         policy.exploration.set_worker(self.worker_index, self.num_workers)
-        policy.set_device(inference_device(self.config, self.worker_index))
+        policy.set_device(
+            inference_device(self.config, self.worker_index),
+            gpu_code_path=fake_gpu_inference(self.config, self.worker_index),
+        )
         if weights is not None:
             policy.set_weights(weights)
         observation_filter = make_filter(config.observation_filter, policy.preprocessor.size)
