@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rltrainer {__version__}")
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{train,evaluate,rollout,checkpoints}"
+        dest="command", required=True, metavar="{train,evaluate,rollout,export,serve,checkpoints}"
     )
 
     train = commands.add_parser(

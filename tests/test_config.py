@@ -41,6 +41,7 @@ VALID_VALUES = {
     "policies_to_train": ["p0"],
     "count_steps_by": "agent_steps",
     "fake_gpus": True,
+    "compress_observations": True,
     "policy_states_are_swappable": True,
     "observation_fn": "tests.test_config:_observation_fn",
     "keep_per_episode_custom_metrics": True,

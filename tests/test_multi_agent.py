@@ -594,3 +594,9 @@ def test_a_registered_creator_of_a_pettingzoo_env_is_found_multi_agent(tmp_path)
         assert len(made) == 2  # the first (closed once found multi-agent), then the runner's own
     finally:
         algo.stop()
+
+
+def test_compressed_observations_are_refused_for_multi_agent_configs(tmp_path):
+    config = two_cartpoles(tmp_path).env_runners(compress_observations=True)
+    with pytest.raises(ConfigError, match="compress_observations compresses single-agent rollouts"):
+        config.build()

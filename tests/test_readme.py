@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.doc_blocks import cli_blocks, code_blocks
+
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
-
-
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.DOTALL)
+README = ROOT / "README.md"
 
 
 def sandbox_env(tmp_path: Path) -> dict[str, str]:
@@ -26,7 +23,7 @@ def sandbox_env(tmp_path: Path) -> dict[str, str]:
 
 def test_python_examples_run(tmp_path: Path) -> None:
     script = tmp_path / "readme_examples.py"
-    script.write_text("\n\n".join(blocks("python")))
+    script.write_text("\n\n".join(code_blocks(README, "python")))
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
@@ -41,7 +38,7 @@ def test_python_examples_run(tmp_path: Path) -> None:
 
 def test_cli_examples_run(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "tuned_examples", tmp_path / "tuned_examples")
-    (cli_block,) = [b for b in blocks("bash") if b.lstrip().startswith("rltrainer")]
+    (cli_block,) = cli_blocks(README)
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", cli_block],
         cwd=tmp_path,

@@ -200,7 +200,7 @@ def test_env_runner_access_the_documents_use(algo):
     assert evaluation.policy_config["in_evaluation"] is True
     assert evaluation.policy_config["explore"] is False
     assert get_global_worker() is local  # an evaluation runner does not replace the training one
-    assert algo.workers.foreach_worker_with_id(lambda runner, index: (index, runner.in_evaluation)) == [
+    assert algo.workers.foreach_worker_with_id(lambda index, runner: (index, runner.in_evaluation)) == [
         (0, False)
     ]
 

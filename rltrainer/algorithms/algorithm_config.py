@@ -93,7 +93,6 @@ DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
     "soft_horizon": (False, _ENV_ENDS),
     "no_done_at_end": (False, _ENV_ENDS),
     "remote_worker_envs": (False, "sub-envs step in their env runner; for slow envs add env runners"),
-    "compress_observations": (False, "not supported: rollouts travel as numpy arrays in Ray's object store"),
     "monitor": (False, _VIDEOS),
     "record_env": (False, _VIDEOS),
     "render_env": (False, _VIDEOS),
@@ -233,6 +232,7 @@ class AlgorithmConfig(BaseModel):
             "observation_filter",
             "sample_timeout_s",
             "horizon",
+            "compress_observations",
         ),
         "training": ("gamma", "lr", "grad_clip", "grad_clip_by", "train_batch_size", "model"),
         "evaluation": (
@@ -349,6 +349,10 @@ class AlgorithmConfig(BaseModel):
     """Normalize observations with running mean/std statistics."""
     sample_timeout_s: float = Field(60.0, gt=0)
     """How long to wait for remote env runners' samples before failing."""
+    compress_observations: bool = False
+    """Remote env runners send their rollouts' observations lz4-compressed (the driver unpacks
+    them): less to move between nodes for pixel observations, at the cost of compressing (see
+    the README's figures); nothing changes without remote env runners."""
     horizon: int | None = Field(None, gt=0)
     """Truncate every episode after this many env steps (RLlib's; a ``TimeLimit`` on each env
     copy, so the truncated episodes bootstrap); ``None``: episodes end when the env ends them."""
@@ -909,7 +913,7 @@ class AlgorithmConfig(BaseModel):
             if key not in allowed:
                 suggestion = self._suggestion(key, allowed)
                 raise ConfigError(
-                    f"{section}(): unknown key '{key}'{suggestion}; allowed: {', '.join(allowed)}"
+                    f"{section}(): unknown key '{key}'{suggestion}; allowed: {_shown(section, allowed)}"
                 )
             if holds_search_space(value):
                 self._set_search_space(section, key, value, allowed)
@@ -1136,6 +1140,13 @@ class AlgorithmConfig(BaseModel):
         raise ValueError("must be a gymnasium.spaces.Space")
 
 
+def _shown(section: str, allowed: tuple[str, ...]) -> str:
+    """The allowed keys as the caller writes them: a dict's (``lambda``, ``framework``) for
+    ``from_dict``/``--config``, the builder's keyword arguments (``lambda_``) otherwise."""
+    names = [_DICT_NAMES.get(name, name) for name in allowed] if section == "config" else allowed
+    return ", ".join(names)
+
+
 def _check_documented_setting(section: str, key: str, value: Any) -> None:
     """Accept ``value`` when it is what rltrainer does anyway, else say why it cannot be had."""
     accepted, reason = DOCUMENTED_SETTINGS[key]
@@ -1255,6 +1266,11 @@ def check_multi_agent(config: AlgorithmConfig, imports: bool = True) -> None:
     if config.is_offline:
         raise ConfigError(
             "offline_data(input_=...) feeds single-agent training; multi-agent configs sample their envs"
+        )
+    if config.compress_observations:
+        raise ConfigError(
+            "compress_observations compresses single-agent rollouts; multi-agent runners send theirs as "
+            "they are: remove it"
         )
     if config.env_task_fn is not None:
         raise ConfigError(

@@ -436,8 +436,13 @@ class EnvRunner:
         return episodes, steps
 
     def sample_with_filter_delta(self) -> tuple[Rollout, list[EpisodeStats], dict[str, np.ndarray]]:
-        """``sample()`` plus the observation statistics gathered meanwhile (for remote runners)."""
+        """``sample()`` plus the observation statistics gathered meanwhile (for remote runners);
+        with ``compress_observations`` the observations travel lz4-compressed."""
         rollout, episodes = self.sample()
+        if self.config.compress_observations:
+            from rltrainer.utils.compression import pack_rollout
+
+            rollout = pack_rollout(rollout)
         return rollout, episodes, self.filter.pop_delta()
 
     def pop_episodes(self) -> list[EpisodeStats]:

@@ -21,6 +21,7 @@ from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
 from rltrainer.env.registry import MultiAgentEnvFoundError, registered_creators
 from rltrainer.errors import CallbackError, NumericalError, WorkerError
 from rltrainer.models.catalog import ModelCatalog
+from rltrainer.utils.compression import unpack_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class EnvRunnerGroup:
             results, failures = self._collect(refs, "sample")
             for i, (rollout, new_episodes, delta) in results.items():
                 self._failures[i] = 0
-                rollouts.append(rollout)
+                rollouts.append(unpack_rollout(rollout))
                 episodes.extend(new_episodes)
                 self._local.filter.apply_delta(delta)
                 sampled += per_runner
@@ -237,7 +238,7 @@ class EnvRunnerGroup:
             rollout, episodes, delta = outcome
             self._failures[index] = 0
             deltas.append(delta)
-            results.append((rollout, episodes, request_tag))
+            results.append((unpack_rollout(rollout), episodes, request_tag))
         self._handle_failures(failures)
         self._in_flight = {
             ref: entry for ref, entry in self._in_flight.items() if self._remote[entry[0]] is entry[1]
@@ -416,7 +417,12 @@ class EnvRunnerGroup:
             raise WorkerError(f"env runner(s) {ids} {failures[min(failures)]}")
         return results + [done[i] for i in sorted(done)]
 
-    foreach_worker_with_id = foreach_worker_with_index  # RLlib's newer name
+    def foreach_worker_with_id(
+        self, fn: Callable[[int, EnvRunner], Any], local_worker: bool = True
+    ) -> list[Any]:
+        """RLlib's ``foreach_worker_with_id``: ``fn(worker_index, runner)`` (the index first, as
+        RLlib calls it) for each healthy env runner."""
+        return self.foreach_worker_with_index(lambda runner, index: fn(index, runner), local_worker)
 
     def foreach_env(self, fn: Callable[[Any], Any]) -> list[list[Any]]:
         """``fn(env)`` for every sub-env of every runner; one list per runner."""
