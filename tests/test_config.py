@@ -42,6 +42,8 @@ VALID_VALUES = {
     "count_steps_by": "agent_steps",
     "fake_gpus": True,
     "compress_observations": True,
+    "extra_python_environs_for_driver": {"RLTRAINER_TEST_DRIVER": "1"},
+    "extra_python_environs_for_worker": {"RLTRAINER_TEST_WORKER": "2"},
     "policy_states_are_swappable": True,
     "observation_fn": "tests.test_config:_observation_fn",
     "keep_per_episode_custom_metrics": True,

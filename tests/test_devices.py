@@ -265,6 +265,7 @@ def test_appo_with_async_runners_and_a_learner_actor_on_gpu_shares():
         algo.stop()
 
 
+@pytest.mark.usefixtures("local_ray")
 def test_fake_gpus_lay_out_a_gpu_config_on_the_cpu(tmp_path):
     """RLlib's ``_fake_gpus``: no GPU asked of Ray, learners on the CPU, and runners given GPUs
     act through the GPU's code path (one torch call per batch), all on a machine without GPUs."""

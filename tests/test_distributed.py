@@ -22,7 +22,7 @@ from ray.cluster_utils import Cluster
 from rltrainer.algorithms import Algorithm
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.env import register_env
-from rltrainer.errors import ResourceError, WorkerError
+from rltrainer.errors import ConfigError, ResourceError, WorkerError
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARNER = {"rltrainer_learner": 1}
@@ -318,6 +318,7 @@ def test_runner_failing_every_time_stops_at_the_tolerance(tmp_path):
         algo.stop()
 
 
+@pytest.mark.usefixtures("cluster")
 def test_compressed_observations_train_exactly_as_uncompressed_ones(tmp_path):
     """compress_observations: the remote runner's rollouts travel lz4-packed and the driver
     unpacks them bit for bit: one iteration from the same seed gives the same weights."""
@@ -359,3 +360,38 @@ def test_compression_round_trip_keeps_dtype_and_shape():
     assert np.array_equal(unpack(packed), frames) and unpack(packed).dtype == np.uint8
     zeros = np.zeros((128, 8, 4), np.float32)
     assert pack(zeros).nbytes < zeros.nbytes / 50
+
+
+@pytest.mark.usefixtures("cluster")
+def test_python_environs_reach_the_driver_and_every_remote_runner(tmp_path, monkeypatch):
+    import os
+
+    from rltrainer.algorithms.ppo import PPOConfig
+
+    monkeypatch.setenv("RLTRAINER_DRIVER_VAR", "off")  # (undone after the test: no variable left)
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1)
+        .resources(num_cpus_per_env_runner=0.5)
+        .evaluation(evaluation_num_env_runners=1, evaluation_interval=1, evaluation_duration=1)
+        .python_environment(
+            extra_python_environs_for_driver={"RLTRAINER_DRIVER_VAR": "on"},
+            extra_python_environs_for_worker={"RLTRAINER_WORKER_VAR": "yes"},
+        )
+        .reporting(storage_path=str(tmp_path))
+    )
+    algo = config.build()
+    try:
+        assert os.environ["RLTRAINER_DRIVER_VAR"] == "on"
+        seen = algo.workers.foreach_worker(
+            lambda _runner: os.environ.get("RLTRAINER_WORKER_VAR"), local_worker=False
+        )
+        evaluation = algo.eval_env_runner_group.foreach_worker(
+            lambda _runner: os.environ.get("RLTRAINER_WORKER_VAR"), local_worker=False
+        )
+        assert seen == ["yes"] and evaluation == ["yes"]
+    finally:
+        algo.stop()
+    with pytest.raises(ConfigError, match="extra_python_environs_for_worker"):
+        PPOConfig().python_environment(extra_python_environs_for_worker={"N": 1})

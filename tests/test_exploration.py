@@ -501,6 +501,7 @@ def test_curiosity_finds_the_goal_of_a_sparse_reward_lake(tmp_path):
         ),
     ],
 )
+@pytest.mark.usefixtures("local_ray")  # (num_env_runners=1 starts Ray before the policy refuses)
 def test_curiosity_refuses_what_rllibs_refuses(setting, message):
     config = PPOConfig().environment("CartPole-v1").exploration(exploration_config=CURIOSITY)
     with pytest.raises(ConfigError, match=message):

@@ -190,6 +190,7 @@ def test_a_turn_based_reward_reaches_the_action_that_earned_it():
 
 
 # --- learning on several processes, off-policy -----------------------------------------------
+@pytest.mark.usefixtures("local_ray")
 def test_remote_runners_and_data_parallel_learners_per_policy(tmp_path):
     config = two_cartpoles(tmp_path).env_runners(num_env_runners=2, num_envs_per_env_runner=2)
     config.resources(num_learners=2, num_cpus_per_learner=0.5, num_cpus_per_env_runner=0.5)
@@ -554,6 +555,7 @@ def test_the_cli_exports_one_policy_of_a_multi_agent_checkpoint(tmp_path, capsys
     assert "policy p1: action_space" in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("local_ray")
 def test_a_replaced_runner_gets_the_frozen_policies_weights_too(tmp_path):
     import ray
 

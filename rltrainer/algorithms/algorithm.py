@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import random
 import secrets
 import shutil
@@ -125,6 +126,7 @@ class Algorithm(Trainable):
         if not isinstance(config, AlgorithmConfig):  # Tune passes its own (already consumed) dict
             config = self._config_to_build
         self.config = config
+        os.environ.update(config.extra_python_environs_for_driver)
         self.callbacks = make_callbacks(config.callbacks_class)
         torch.set_num_threads(config.num_cpus_for_main_process)
         if config.seed is not None:

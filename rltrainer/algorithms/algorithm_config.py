@@ -101,10 +101,6 @@ DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
         False,
         "not supported: env runners infer in numpy (see the README's design notes)",
     ),
-    "extra_python_environs_for_worker": (
-        {},
-        "not supported: give env vars to every worker with ray.init(runtime_env={'env_vars': {...}})",
-    ),
 }
 
 
@@ -267,6 +263,7 @@ class AlgorithmConfig(BaseModel):
             "store_buffer_in_checkpoints",
         ),
         "callbacks": ("callbacks_class",),
+        "python_environment": ("extra_python_environs_for_driver", "extra_python_environs_for_worker"),
         "multi_agent": (
             "policies",
             "policy_mapping_fn",
@@ -439,6 +436,13 @@ class AlgorithmConfig(BaseModel):
     callbacks_class: Any = Field(default_factory=lambda: _default_callbacks())
     """A ``DefaultCallbacks`` subclass (or a list of them, run in order, or
     ``"package.module:Class"``) whose hooks run in the driver, env runners and learners."""
+
+    # --- python environment (RLlib's) -------------------------------------------------
+    extra_python_environs_for_driver: dict[str, str] = Field(default_factory=dict)
+    """Environment variables set in the driver process when the algorithm is built."""
+    extra_python_environs_for_worker: dict[str, str] = Field(default_factory=dict)
+    """Environment variables set in every remote env runner (training and evaluation) as it
+    starts, before its envs are made (e.g. an env's own settings, thread counts)."""
 
     # --- multi-agent ---------------------------------------------------------------
     policies: Any = None
@@ -625,6 +629,10 @@ class AlgorithmConfig(BaseModel):
         if callbacks_class is not None:
             kwargs["callbacks_class"] = callbacks_class
         return self._update("callbacks", kwargs)
+
+    def python_environment(self, **kwargs: Any) -> AlgorithmConfig:
+        """Environment variables for the driver and the remote env runners (RLlib's section)."""
+        return self._update("python_environment", kwargs)
 
     def multi_agent(self, **kwargs: Any) -> AlgorithmConfig:
         """Several policies: which exist, which agent acts with which, which learn (README,

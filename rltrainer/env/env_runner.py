@@ -205,6 +205,8 @@ class EnvRunner:
     ) -> None:
         """``in_evaluation``: a runner of the evaluation group (``policy_config["in_evaluation"]``)."""
         receive_registrations(env_creators, custom_models)
+        if remote:  # extra_python_environs_for_worker, before anything reads the environment
+            os.environ.update(config.extra_python_environs_for_worker)
         self.config = config
         self.in_evaluation = in_evaluation
         self._policy_config: dict[str, Any] | None = None

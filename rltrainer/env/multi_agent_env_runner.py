@@ -17,6 +17,7 @@ learners read multi-agent data with the code they already have. See the README's
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -174,6 +175,8 @@ class MultiAgentEnvRunner:
         custom_models: dict[str, type] | None = None,
     ) -> None:
         receive_registrations(env_creators, custom_models)
+        if remote:  # extra_python_environs_for_worker, before anything reads the environment
+            os.environ.update(config.extra_python_environs_for_worker)
         self.config = config
         self.in_evaluation = in_evaluation
         self.worker_index = worker_index
