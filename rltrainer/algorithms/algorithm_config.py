@@ -795,7 +795,7 @@ class AlgorithmConfig(BaseModel):
         if isinstance(self.lr, list):
             _check_schedule("lr", self.lr)
         if self.evaluation_config:
-            unknown = sorted(set(self.evaluation_config) - set(self._all_fields()) - set(ALIASES))
+            unknown = self._unknown_keys(self.evaluation_config)
             if unknown:
                 raise ConfigError(
                     f"evaluation_config has unknown key(s) {unknown}; "
@@ -904,6 +904,10 @@ class AlgorithmConfig(BaseModel):
         return str(self.env).rsplit(":", 1)[-1].replace("/", "-").replace("\\", "-")
 
     # --- internals -----------------------------------------------------------------
+    def _unknown_keys(self, settings: dict[str, Any]) -> list[str]:
+        """The keys of ``settings`` that name no setting (nor an older name of one), sorted."""
+        return sorted(set(settings) - set(self._all_fields()) - set(ALIASES))
+
     @classmethod
     def _all_fields(cls) -> list[str]:
         return [name for name in cls.model_fields if name != "framework_str"] + ["framework_str"]
@@ -1257,16 +1261,17 @@ def check_multi_agent(config: AlgorithmConfig, imports: bool = True) -> None:
         resolve_function("observation_fn", config.observation_fn)
     elif config.policy_mapping_fn is None and len(policies) > 1:
         mapping_function(config)  # its ConfigError: several policies need a mapping
+    use_lstm = config.model.use_lstm
     for pid, spec in policies.items():
         if spec.config:
-            unknown = sorted(set(spec.config) - set(config._all_fields()) - set(ALIASES))
+            unknown = config._unknown_keys(spec.config)
             if unknown:
                 raise ConfigError(
                     f"policy {pid!r}'s config has unknown key(s) {unknown}; allowed: any setting of "
                     f"{type(config).__name__} (e.g. lr, gamma, model)"
                 )
-            config.policy_config(pid)
-    if config.model.use_lstm or any(config.policy_config(pid).model.use_lstm for pid in policies):
+            use_lstm = use_lstm or config.policy_config(pid).model.use_lstm
+    if use_lstm:
         raise ConfigError(
             "model.use_lstm: recurrent policies train on single-agent envs only; multi-agent "
             "policies are feed-forward (set use_lstm=False)"

@@ -182,12 +182,17 @@ def _not_task_settable(spec: Any, env: gym.Env, batched: bool) -> str:
     )
 
 
-def receive_registrations(env_creators: dict[str, Any] | None, custom_models: dict[str, type] | None) -> None:
-    """The driver's ``register_env`` and ``register_custom_model`` entries, in this process: they
-    are per process, so remote runners receive them."""
+def prepare_runner_process(
+    config: Any, remote: bool, env_creators: dict[str, Any] | None, custom_models: dict[str, type] | None
+) -> None:
+    """What an env runner's process needs before it makes envs: the driver's ``register_env`` and
+    ``register_custom_model`` entries (they are per process, so remote runners receive them) and,
+    in a remote runner, ``extra_python_environs_for_worker``."""
     for name, creator in (env_creators or {}).items():
         register_env(name, creator)
     ModelCatalog.register_all(custom_models)
+    if remote:
+        os.environ.update(config.extra_python_environs_for_worker)
 
 
 class EnvRunner:
@@ -204,9 +209,7 @@ class EnvRunner:
         custom_models: dict[str, type] | None = None,
     ) -> None:
         """``in_evaluation``: a runner of the evaluation group (``policy_config["in_evaluation"]``)."""
-        receive_registrations(env_creators, custom_models)
-        if remote:  # extra_python_environs_for_worker, before anything reads the environment
-            os.environ.update(config.extra_python_environs_for_worker)
+        prepare_runner_process(config, remote, env_creators, custom_models)
         self.config = config
         self.in_evaluation = in_evaluation
         self._policy_config: dict[str, Any] | None = None

@@ -64,22 +64,21 @@ class EnvRunnerGroup:
         self._runner_class = EnvRunner
         if config.is_multi_agent:
             self._use_multi_agent_runners()
-        try:
-            self._local = self._runner_class(
+
+        def make_local() -> Any:
+            return self._runner_class(
                 config,
                 worker_index=local_worker_index,
                 num_workers=config.num_env_runners,
                 in_evaluation=in_evaluation,
             )
+
+        try:
+            self._local = make_local()
         except MultiAgentEnvFoundError:
             config._env_is_multi_agent = True
             self._use_multi_agent_runners()
-            self._local = self._runner_class(
-                config,
-                worker_index=local_worker_index,
-                num_workers=config.num_env_runners,
-                in_evaluation=in_evaluation,
-            )
+            self._local = make_local()
         if self._env_task_fn is not None:
             try:
                 self._local.task_settable_envs()  # ConfigError when the env has no tasks

@@ -17,7 +17,6 @@ learners read multi-agent data with the code they already have. See the README's
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,7 +34,7 @@ from rltrainer.env.env_runner import (
     _set_global_worker,
     fake_gpu_inference,
     inference_device,
-    receive_registrations,
+    prepare_runner_process,
 )
 from rltrainer.env.episode import index_obs
 from rltrainer.env.multi_agent_episode import AgentTrack, MultiAgentEpisode
@@ -174,9 +173,7 @@ class MultiAgentEnvRunner:
         in_evaluation: bool = False,
         custom_models: dict[str, type] | None = None,
     ) -> None:
-        receive_registrations(env_creators, custom_models)
-        if remote:  # extra_python_environs_for_worker, before anything reads the environment
-            os.environ.update(config.extra_python_environs_for_worker)
+        prepare_runner_process(config, remote, env_creators, custom_models)
         self.config = config
         self.in_evaluation = in_evaluation
         self.worker_index = worker_index

@@ -105,17 +105,17 @@ class OffPolicyAlgorithm(Algorithm):
 
     # --- multi-agent: a replay buffer per trainable policy ----------------------------------
     def _setup_multi_agent(self) -> None:
-        local = self.env_runner_group.local_worker()
         self.replay_buffers: dict[str, ReplayBuffer] = {}
-        self._shared_module = self.config.num_env_runners == 0 and self.config.num_learners == 0
-        for pid, learner in self.learner_group.local_learners.items():
-            policy = local.get_policy(pid)
-            self.replay_buffers[pid] = self.make_buffer(policy, self.config.policy_config(pid))
-            self._shared_module = self._shared_module and learner.device.type == "cpu"
-        if self._shared_module:  # as for one policy: the local runner acts with the learners' modules
-            for pid, learner in self.learner_group.local_learners.items():
-                local.get_policy(pid).share_model(learner.module)
+        # As for one policy: sampling and training in the driver on the CPU, the local runner acts
+        # with the learners' modules themselves.
+        learners = self.learner_group.local_learners.values()
+        self._shared_module = (
+            self.config.num_env_runners == 0
+            and self.config.num_learners == 0
+            and all(learner.device.type == "cpu" for learner in learners)
+        )
         self._last_stats = {}
+        self._match_buffers_to_learners()
 
     def _match_buffers_to_learners(self) -> None:
         """Policies added (``add_policy``) or removed at run time get or lose their buffer."""
@@ -123,7 +123,7 @@ class OffPolicyAlgorithm(Algorithm):
         for pid, learner in self.learner_group.local_learners.items():
             if pid not in self.replay_buffers:
                 self.replay_buffers[pid] = self.make_buffer(
-                    local.get_policy(pid), self.config.policy_config(pid)
+                    local.get_policy(pid), self.learner_group.groups[pid].config
                 )
                 if self._shared_module:
                     local.get_policy(pid).share_model(learner.module)
@@ -138,7 +138,7 @@ class OffPolicyAlgorithm(Algorithm):
         self._match_buffers_to_learners()
         batches = self.sample_for_replay()
         for pid, buffer in self.replay_buffers.items():
-            cfg = self.config.policy_config(pid)
+            cfg = self.learner_group.groups[pid].config
             for batch in batches:
                 rollout = batch.policy_batches.get(pid)
                 if rollout is not None:
@@ -150,7 +150,7 @@ class OffPolicyAlgorithm(Algorithm):
             for pid, buffer in self.replay_buffers.items():
                 if len(buffer) == 0:
                     continue
-                cfg = self.config.policy_config(pid)
+                cfg = self.learner_group.groups[pid].config
                 learner = self.learner_group.groups[pid].local_learner
                 for _ in range(num_updates):
                     replayed = buffer.sample(cfg.train_batch_size)
