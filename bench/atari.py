@@ -44,8 +44,15 @@ def config(
     gpus: float = 0,
     runner_gpus: float = 0,
     algo: str = "PPO",
+    torch_compile: str = "",
 ) -> Any:
     from rltrainer.algorithms.registry import get_config_class
+
+    compiled = {  # --torch-compile learner,worker: the framework() settings
+        "torch_compile_learner": "learner" in torch_compile,
+        "torch_compile_learner_what_to_compile": "complete_update",
+        "torch_compile_worker": "worker" in torch_compile,
+    }
 
     envs_per_runner = 8 // max(env_runners, 1)
     if algo == "APPO":  # the same batches, one pass over each; iterations of 2 s (it never waits)
@@ -69,6 +76,7 @@ def config(
                 num_cpus_for_main_process=main_cpus, num_gpus=gpus, num_gpus_per_env_runner=runner_gpus
             )
             .reporting(min_time_s_per_iteration=2)
+            .framework("torch", **compiled)
             .debugging(seed=0, log_level="ERROR")
         )
     return (
@@ -90,6 +98,7 @@ def config(
         )
         # the driver's torch threads; its learner (and, with 0 runners, its inference) on a GPU
         .resources(num_cpus_for_main_process=main_cpus, num_gpus=gpus, num_gpus_per_env_runner=runner_gpus)
+        .framework("torch", **compiled)
         .debugging(seed=0, log_level="ERROR")
     )
 
@@ -111,6 +120,11 @@ def main() -> None:
     parser.add_argument(
         "--gpus-per-env-runner", type=float, default=0, help="GPUs per env runner: inference on CUDA"
     )
+    parser.add_argument(
+        "--torch-compile",
+        default="",
+        help="'learner', 'worker' or 'learner,worker': torch.compile them (the loss: complete_update)",
+    )
     args = parser.parse_args()
     if args.lib == "sb3":
         rate = sb3_frames_per_s(args.env, args.iterations)
@@ -124,13 +138,15 @@ def main() -> None:
         "network": "nature" if args.nature else "rllib",
         "num_gpus": args.num_gpus,
         "gpus_per_env_runner": args.gpus_per_env_runner,
+        "torch_compile": args.torch_compile,
         "frames_per_s": {},
         "learn_ms": {},
     }
     print(f"{'runners':>7} {'frames/s':>9} {'sample ms':>9} {'learn ms':>9}")
     for runners in (int(n) for n in args.env_runners.split(",")):
         gpus = (args.num_gpus, args.gpus_per_env_runner)
-        algo = config(args.env, runners, args.main_cpus, args.nature, *gpus, algo=args.algo).build()
+        settings = {"algo": args.algo, "torch_compile": args.torch_compile}
+        algo = config(args.env, runners, args.main_cpus, args.nature, *gpus, **settings).build()
         try:
             algo.train()  # start-up
             rates, sample_ms, learn_ms = [], [], []

@@ -3,7 +3,7 @@
 # the learner and inference on CPU or GPU. That machine has torch and CUDA but no network, so the
 # project's other dependencies travel as wheels in .whl/ (Ray as a tarball without its Java jars,
 # RLlib and Serve, to fit the transfer limit); see README for how they were fetched.
-#   bash bench/gpu_check.sh OUT_DIR [STAGE...]    stages: tests pong runners sb3 appo scaling
+#   bash bench/gpu_check.sh OUT_DIR [STAGE...]    stages: tests pong runners sb3 appo scaling compile
 #   (default: tests pong)
 set -u
 out=${1:-/tmp/gpu_check}
@@ -20,14 +20,14 @@ python3 -c 'import torch, ray, gymnasium; print("torch", torch.__version__, "cud
 
 has() { [[ " $stages " == *" $1 "* ]]; }
 
-has tests && timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 200 tests/test_devices.py 2>&1 |
+has tests && timeout 170 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 120 tests/test_devices.py tests/test_torch_compile.py 2>&1 |
     tee "$out/tests.log" | tail -25
 
 run() { # name, then bench.atari's arguments
     local name=$1
     shift
     echo "== $name: $*"
-    timeout 120 python3 -m bench.atari --iterations "${ITERATIONS:-6}" "$@" 2>&1 | tee "$out/atari_$name.log" |
+    timeout "${RUN_TIMEOUT:-120}" python3 -m bench.atari --iterations "${ITERATIONS:-6}" "$@" 2>&1 | tee "$out/atari_$name.log" |
         grep -v "^\s*$" | tail -4
 }
 if has pong; then
@@ -54,4 +54,13 @@ if has scaling; then # env steps/s against the number of runners on a machine wi
     echo "== scaling"
     timeout 200 python3 -m bench.impala_appo throughput --algo APPO --runners 1,2,4,8 --seconds 8 2>&1 |
         tee "$out/scaling.log" | grep -E "runners=|Error|error" | tail -8
+fi
+if has compile; then # torch.compile of the learner and the runners' inference (bench/torch_compile.py)
+    echo "== torch.compile"
+    timeout 240 python3 -m bench.torch_compile --device cuda --threads 8 --repeats 8 \
+        --learner-modes eager,forward_train,complete_update,forward_train+reduce-overhead,complete_update+reduce-overhead \
+        --worker-modes eager,compiled 2>&1 | tee "$out/compile.log" | grep -v "^\s*$" | tail -20
+    export ITERATIONS=4 RUN_TIMEOUT=90
+    run pong_eager --main-cpus 8 --num-gpus 1 --gpus-per-env-runner 1
+    run pong_compiled --main-cpus 8 --num-gpus 1 --gpus-per-env-runner 1 --torch-compile learner,worker
 fi

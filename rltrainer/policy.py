@@ -91,7 +91,9 @@ class Policy:
         # beats torch for RL-sized networks. ``set_device`` moves it to a GPU (torch there).
         self.device = torch.device("cpu")
         """Where inference runs: the CPU unless the env runner was given a GPU (``set_device``)."""
-        self._set_numpy_policy(self.model.numpy_policy())
+        self._gpu_code_path = False
+        self._compile_kwargs: dict[str, Any] | None = None
+        self._set_inference()
 
     # --- what subclasses override ------------------------------------------------------
     def make_dist_class(self) -> type:
@@ -361,7 +363,7 @@ class Policy:
                 f"this policy's LSTM state is {names} with {shape[2]} values each per observation "
                 f"(lstm_cell_size; get_initial_state() gives one); got {np.shape(state)[1:]}"
             )
-        dist_inputs, values, state_out = self.model.step(
+        dist_inputs, values, state_out = self._model_step(
             obs, as_tensor(state).to(device), prev_actions, prev_rewards
         )
         return dist_inputs.float().cpu().numpy(), values.cpu().numpy(), state_out.cpu().numpy()
@@ -470,23 +472,44 @@ class Policy:
         """The model's parameters as numpy arrays, by name."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
 
-    def set_device(self, device: str | torch.device, gpu_code_path: bool = False) -> None:
+    def set_device(
+        self,
+        device: str | torch.device,
+        gpu_code_path: bool = False,
+        compile_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         """Run inference on ``device``: the model moves there and actions come from one torch
         call per batch (``torch_dist_inputs``); observations travel as they are (uint8 frames
         stay uint8) and only the distribution inputs come back. ``"cpu"`` returns to numpy, unless
-        ``gpu_code_path`` (``fake_gpus``: the torch call on the CPU)."""
+        ``gpu_code_path`` (``fake_gpus``: the torch call on the CPU) or ``compile_kwargs``
+        (``torch_compile_worker``: that call through ``torch.compile(**compile_kwargs)``)."""
         self.device = torch.device(device)
         self.model.to(self.device)
-        if (self.device.type == "cpu" and not gpu_code_path) or self.recurrent:  # an LSTM steps in torch
-            self._set_numpy_policy(self.model.numpy_policy())
-        else:
-            self._set_numpy_policy(torch_inference(self.torch_dist_inputs, self.model))
+        self._gpu_code_path = gpu_code_path
+        self._compile_kwargs = compile_kwargs
+        self._set_inference()
 
     def share_model(self, model: torch.nn.Module) -> None:
         """Act with ``model`` itself (e.g. the driver's learner's module on the CPU): the numpy
         inference views its parameters, so every optimizer step is seen without syncing."""
         self.model = model
-        self._set_numpy_policy(model.numpy_policy())
+        self._set_inference()
+
+    def _set_inference(self) -> None:
+        """Numpy inference on views of the parameters, or one torch call per batch (see
+        ``set_device``); an LSTM always steps in torch (``_recurrent_step``)."""
+        compile_kwargs = self._compile_kwargs
+        self._model_step = self.model.step if self.recurrent else None
+        if compile_kwargs is not None and self.recurrent:
+            self._model_step = torch.compile(self.model.step, **compile_kwargs)
+        torch_call = self.device.type != "cpu" or self._gpu_code_path or compile_kwargs
+        if not torch_call or self.recurrent:
+            self._set_numpy_policy(self.model.numpy_policy())
+            return
+        forward = self.torch_dist_inputs
+        if compile_kwargs is not None:
+            forward = torch.compile(forward, **compile_kwargs)
+        self._set_numpy_policy(torch_inference(forward, self.model))
 
     def _set_numpy_policy(self, numpy_policy: Any) -> None:
         self._numpy_policy = numpy_policy

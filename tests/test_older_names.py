@@ -83,7 +83,7 @@ def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
         ("env_runners", "create_env_on_driver", False, "the driver always creates"),
         ("env_runners", "no_done_at_end", True, "episodes end when the env ends them"),
         ("environment", "render_env", True, "rltrainer evaluate CHECKPOINT --video DIR"),
-        ("framework", "torch_compile_learner", True, "learners run torch eagerly"),
+        ("env_runners", "soft_horizon", True, "episodes end when the env ends them"),
     ],
 )
 def test_documented_settings_rltrainer_cannot_honour_say_why(section, key, value, why):

@@ -43,6 +43,7 @@ from rltrainer.checkpoints import Checkpoint, write_checkpoint
 from rltrainer.core.cluster import algorithm_bundles, init_ray, needs_ray, release, reserve
 from rltrainer.core.learner import Learner, make_learner
 from rltrainer.core.learner_group import LearnerGroup
+from rltrainer.core.torch_compile import check_compile_settings
 from rltrainer.env.env_runner import EpisodeStats, Rollout
 from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.env.episode import index_obs
@@ -126,6 +127,7 @@ class Algorithm(Trainable):
         if not isinstance(config, AlgorithmConfig):  # Tune passes its own (already consumed) dict
             config = self._config_to_build
         self.config = config
+        check_compile_settings(config, type(self).learner_class)
         os.environ.update(config.extra_python_environs_for_driver)
         self.callbacks = make_callbacks(config.callbacks_class)
         torch.set_num_threads(config.num_cpus_for_main_process)

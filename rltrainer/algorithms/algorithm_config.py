@@ -96,11 +96,6 @@ DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
     "monitor": (False, _VIDEOS),
     "record_env": (False, _VIDEOS),
     "render_env": (False, _VIDEOS),
-    "torch_compile_learner": (False, "not supported: learners run torch eagerly"),
-    "torch_compile_worker": (
-        False,
-        "not supported: env runners infer in numpy (see the README's design notes)",
-    ),
 }
 
 
@@ -115,6 +110,9 @@ LayerSizes = Annotated[list[int], AfterValidator(_positive_sizes)]
 
 
 Activation = Literal["tanh", "relu", "elu", "silu", "linear"]
+
+#: ``torch.compile``'s modes.
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 def _conv_filters(value: list[Any] | None) -> list[Any] | None:
@@ -293,6 +291,16 @@ class AlgorithmConfig(BaseModel):
             "restart_failed_learners",
             "max_num_learner_restarts",
             "learner_restart_timeout_s",
+        ),
+        "framework": (
+            "framework_str",
+            "torch_compile_learner",
+            "torch_compile_learner_what_to_compile",
+            "torch_compile_learner_dynamo_backend",
+            "torch_compile_learner_dynamo_mode",
+            "torch_compile_worker",
+            "torch_compile_worker_dynamo_backend",
+            "torch_compile_worker_dynamo_mode",
         ),
         "resources": (
             "num_gpus",
@@ -570,6 +578,25 @@ class AlgorithmConfig(BaseModel):
 
     framework_str: Literal["torch"] = "torch"
     """Only torch is supported; ``.framework("torch")`` is accepted for compatibility."""
+    torch_compile_learner: bool = False
+    """Run the learners' training forward pass through ``torch.compile`` (see
+    ``torch_compile_learner_what_to_compile``)."""
+    torch_compile_learner_what_to_compile: Literal["forward_train", "complete_update"] = "forward_train"
+    """``"forward_train"``: the module's forward pass; ``"complete_update"``: the whole loss of a
+    minibatch (forward pass and loss terms; their backward is compiled with them), for the
+    learners that compute one (PPO, APPO, IMPALA, A2C/A3C, PG, MARWIL/BC, DQN)."""
+    torch_compile_learner_dynamo_backend: str = "inductor"
+    """The ``torch.compile`` backend of the learners (``torch._dynamo.list_backends()``)."""
+    torch_compile_learner_dynamo_mode: CompileMode | None = None
+    """The ``torch.compile`` mode of the learners (None: torch's default)."""
+    torch_compile_worker: bool = False
+    """Env runners act through a ``torch.compile``d model (one torch call per batch) instead of
+    numpy inference."""
+    torch_compile_worker_dynamo_backend: str = "inductor"
+    """The ``torch.compile`` backend of the env runners (RLlib's default ``"onnxrt"`` is not a
+    backend of torch 2.13)."""
+    torch_compile_worker_dynamo_mode: CompileMode | None = None
+    """The ``torch.compile`` mode of the env runners (None: torch's default)."""
 
     _algo_class: type | None = PrivateAttr(default=None)
     # ``output`` as the driver resolved it ("logdir" -> <trial folder>/output), set by the algorithm.
@@ -654,7 +681,7 @@ class AlgorithmConfig(BaseModel):
     def framework(self, framework: str = "torch", **kwargs: Any) -> AlgorithmConfig:
         """Accepted for RLlib compatibility: only ``"torch"`` is supported (``eager_tracing=False``
         and the other ``DOCUMENTED_SETTINGS`` as there)."""
-        return self._update("framework", {"framework_str": framework, **kwargs}, allowed=("framework_str",))
+        return self._update("framework", {"framework_str": framework, **kwargs})
 
     # --- dict round trip -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

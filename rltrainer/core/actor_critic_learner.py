@@ -62,6 +62,10 @@ class ActorCriticLearner(Learner):
     def optimizer_parts(self) -> dict[str, tuple[nn.Module, float]]:
         raise NotImplementedError
 
+    def compiled_modules(self) -> list[nn.Module]:
+        # The losses call the actor and the critics one by one, not the module as a whole.
+        return [self.module.pi, *self.module.critics()]
+
     def build_optimizers(self) -> None:
         # No single optimizer over the whole module: one Adam per part.
         parts = self.optimizer_parts()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -31,6 +31,12 @@ ADAM_EPS = 1e-5  # SB3's and CleanRL's Adam epsilon for on-policy training.
 
 class Learner:
     """Trains ``module`` (built by the policy) on batches; subclasses implement ``update``."""
+
+    #: Whether ``torch_compile_learner`` has something to compile (a gradient-based learner).
+    COMPILES_FORWARD: ClassVar[bool] = True
+    #: Whether the learner has a per-minibatch ``compute_loss`` of tensors that
+    #: ``torch_compile_learner_what_to_compile="complete_update"`` compiles.
+    COMPILES_LOSS: ClassVar[bool] = False
 
     def __init__(self, module: nn.Module, dist_class: type, config: Any, device: str = "cpu") -> None:
         self.config = config
@@ -75,6 +81,10 @@ class Learner:
         call_hook(self.callbacks, "on_learn_on_batch", policy=self, train_batch=train_batch, result=result)
         shapes = {name: np.shape(value) for name, value in columns.items()}
         return batch._replace(**written_columns(train_batch, shapes, "on_learn_on_batch")), result
+
+    def compiled_modules(self) -> list[nn.Module]:
+        """The modules the loss calls, which ``torch_compile_learner`` compiles in place."""
+        return [self.module]
 
     @property
     def model(self) -> nn.Module:
@@ -214,5 +224,9 @@ def make_learner(
     from rltrainer.models.catalog import ModelCatalog
 
     ModelCatalog.register_all(custom_models)
+    from rltrainer.core.torch_compile import compile_learner
+
     policy = (policy_class or config.get_policy_class())(observation_space, action_space, config)
-    return learner_class(policy.model, policy.dist_class, config, device=device)
+    learner = learner_class(policy.model, policy.dist_class, config, device=device)
+    compile_learner(learner)
+    return learner

@@ -28,6 +28,7 @@ from rltrainer.core import compiled
 from rltrainer.core.exploration import Exploration
 from rltrainer.core.filters import NoFilter, make_filter
 from rltrainer.core.recurrent import RecurrentColumns
+from rltrainer.core.torch_compile import worker_compile_kwargs
 from rltrainer.env.apis.task_settable_env import TaskSettableEnv, carry_task, find_task_settable
 from rltrainer.env.env_checker import check_env
 from rltrainer.env.env_context import EnvContext
@@ -239,7 +240,9 @@ class EnvRunner:
             self._check_env()  # once, in the driver, before any runner samples (spaces known good)
         self.policy.exploration.set_worker(worker_index, num_workers)
         self.policy.set_device(
-            inference_device(config, worker_index), gpu_code_path=fake_gpu_inference(config, worker_index)
+            inference_device(config, worker_index),
+            gpu_code_path=fake_gpu_inference(config, worker_index),
+            compile_kwargs=worker_compile_kwargs(config),
         )
         self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
         self._unfiltered = type(self.filter) is NoFilter  # (MeanStdFilter subclasses it)

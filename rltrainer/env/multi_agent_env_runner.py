@@ -25,6 +25,7 @@ from gymnasium import spaces
 
 from rltrainer.algorithms.callbacks import call_hook, make_callbacks, overrides
 from rltrainer.core.filters import make_filter
+from rltrainer.core.torch_compile import worker_compile_kwargs
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.env_runner import (
     EnvStepError,
@@ -296,6 +297,7 @@ class MultiAgentEnvRunner:
         policy.set_device(
             inference_device(self.config, self.worker_index),
             gpu_code_path=fake_gpu_inference(self.config, self.worker_index),
+            compile_kwargs=worker_compile_kwargs(config),
         )
         if weights is not None:
             policy.set_weights(weights)

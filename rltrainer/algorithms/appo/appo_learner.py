@@ -10,6 +10,7 @@ import torch
 
 from rltrainer.algorithms.appo.appo_config import APPOConfig
 from rltrainer.algorithms.impala.impala_learner import IMPALALearner, TrajectoryBatch, masked_mean
+from rltrainer.core.torch_compile import LossCoefficient
 from rltrainer.utils.vtrace import vtrace
 
 
@@ -18,6 +19,7 @@ class APPOLearner(IMPALALearner):
 
     STAT_KEYS = APPOConfig.STAT_KEYS
     LOSS_KEYS = (*IMPALALearner.LOSS_KEYS, "kl", "clipfrac")
+    kl_coeff = LossCoefficient()  # adapted after each update (the loss reads kl_coeff_tensor)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -82,9 +84,9 @@ class APPOLearner(IMPALALearner):
         entropy = mean(terms.dist.entropy().reshape(valid.shape))
         # KL(target || current) by the low-variance estimator (r - 1) - log r, r = current / target.
         kl = mean(logratio.exp() - 1 - logratio)
-        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.entropy_coeff * entropy
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.entropy_coeff_tensor * entropy
         if cfg.use_kl_loss:
-            loss = loss + self.kl_coeff * kl
+            loss = loss + self.kl_coeff_tensor * kl
         with torch.no_grad():
             clipfrac = mean(((ratio - 1.0).abs() > cfg.clip_param).to(torch.float32))
             mean_rho = mean(behaviour_log_rhos.exp())

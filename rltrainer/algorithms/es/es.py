@@ -142,6 +142,8 @@ def weighted_noise(noise: np.ndarray, offsets: np.ndarray, weights: np.ndarray, 
 class DerivativeFreeLearner(Learner):
     """Holds the policy's network and a numpy optimizer over its flattened weights (no loss)."""
 
+    COMPILES_FORWARD = False
+
     STAT_KEYS = ESConfig.STAT_KEYS
 
     def build_optimizers(self) -> None:

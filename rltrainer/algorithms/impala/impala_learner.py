@@ -11,6 +11,7 @@ import torch
 from rltrainer.algorithms.impala.impala_config import IMPALAConfig
 from rltrainer.algorithms.ppo.ppo_learner import explained_variance
 from rltrainer.core.learner import Learner
+from rltrainer.core.torch_compile import LossCoefficient
 from rltrainer.env.env_runner import Rollout
 from rltrainer.utils.schedules import PiecewiseSchedule
 from rltrainer.utils.vtrace import vtrace
@@ -80,8 +81,11 @@ class IMPALALearner(Learner):
     """Policy gradient with V-trace advantages, a value loss to the V-trace targets and an
     entropy bonus (Espeholt et al. 2018, eq. 4)."""
 
+    COMPILES_LOSS = True
+
     STAT_KEYS = IMPALAConfig.STAT_KEYS
     LOSS_KEYS = ("policy_loss", "vf_loss", "entropy", "total_loss", "mean_rho")
+    entropy_coeff = LossCoefficient()  # scheduled (the loss reads entropy_coeff_tensor)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -172,7 +176,7 @@ class IMPALALearner(Learner):
         policy_loss = -mean(terms.logp * pg_advantages)
         vf_loss = 0.5 * mean((vs - terms.values).pow(2))
         entropy = mean(terms.dist.entropy().reshape(valid.shape))
-        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.entropy_coeff * entropy
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.entropy_coeff_tensor * entropy
         with torch.no_grad():
             mean_rho = mean(log_rhos.exp())
             stats = torch.stack([policy_loss, vf_loss, entropy, loss, mean_rho]).detach()

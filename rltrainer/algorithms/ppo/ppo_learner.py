@@ -10,6 +10,7 @@ import torch
 from rltrainer.algorithms.ppo.ppo_config import PPOConfig
 from rltrainer.algorithms.ppo.sequences import RecurrentPPOBatch, concatenate, sequence_batch
 from rltrainer.core.learner import Learner
+from rltrainer.core.torch_compile import LossCoefficient
 from rltrainer.env.env_runner import Rollout
 from rltrainer.utils.postprocessing import compute_gae
 
@@ -27,6 +28,9 @@ class PPOBatch(NamedTuple):
 
 class PPOLearner(Learner):
     """Minibatch SGD over several epochs of one sampled batch (Schulman et al. 2017)."""
+
+    COMPILES_LOSS = True
+    kl_coeff = LossCoefficient()  # adapted after each update (the loss reads kl_coeff_tensor)
 
     STAT_KEYS = PPOConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
 
@@ -187,9 +191,9 @@ class PPOLearner(Learner):
 
         if cfg.entropy_coeff > 0:
             loss = loss - cfg.entropy_coeff * dist.entropy().mean()
-        if self.kl_coeff > 0:
+        if cfg.kl_coeff > 0:  # (adapting never brings a positive coefficient to 0)
             # KL(old || new) by the low-variance estimator (ratio - 1) - log(ratio) (Schulman 2020).
-            loss = loss + self.kl_coeff * ((ratio - 1) - logratio).mean()
+            loss = loss + self.kl_coeff_tensor * ((ratio - 1) - logratio).mean()
         if not with_stats:
             return loss, None
         with torch.no_grad():
