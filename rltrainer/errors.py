@@ -5,6 +5,31 @@ catch either; the CLI turns exactly these into one line and exit status 2, while
 other exception is a bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
+import os
+import traceback
+
+#: Attribute an exception raised in another process (a ``remote_worker_envs`` actor) carries:
+#: where it was raised, since tracebacks do not travel with pickled exceptions.
+RAISED_AT = "_rltrainer_raised_at"
+
+
+def raised_at(err: BaseException) -> str:
+    """`` (at file:line in function)`` of the innermost frame outside gymnasium, numpy and
+    rltrainer (the user's env), else of the innermost frame; for an exception from another
+    process, where it was raised there (``RAISED_AT``)."""
+    recorded = getattr(err, RAISED_AT, None)
+    if isinstance(recorded, str):
+        return recorded
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return ""
+    libraries = ("/gymnasium/", "/numpy/", f"{os.sep}rltrainer{os.sep}", f"{os.sep}functools.py")
+    own = [frame for frame in frames if not any(part in frame.filename for part in libraries)]
+    frame = (own or frames)[-1]
+    return f" (at {frame.filename}:{frame.lineno} in {frame.name})"
+
 
 class RLTrainerError(ValueError):
     """Base class for user-facing errors."""

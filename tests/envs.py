@@ -42,6 +42,12 @@ class FixedLengthEnv(gym.Env):
         return self.observation_space.sample(), reward, self.t >= self.length, False, {}
 
 
+def cartpole_copy(config: Any) -> gym.Env:
+    """An env creator (``register_env``) of CartPole-v1 copies (a gymnasium id alone would be
+    CartPole's natively batched env); module level, so remote processes import only this module."""
+    return gym.make("CartPole-v1", **config)
+
+
 class BoxObsEnv(FixedLengthEnv):
     observation_space = spaces.Box(-1.0, 1.0, (2, 3), np.float32)
 
@@ -110,6 +116,18 @@ class SlowEnv(FixedLengthEnv):
     def step(self, action):
         time.sleep(self.delay_s)
         return super().step(action)
+
+
+class SlowStepEnv(SlowEnv):
+    """A ``SlowEnv`` (``delay_s`` per step, 0.05 by default) that tells its process id (``pid``):
+    shows where ``remote_worker_envs`` copies step."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__({"delay_s": 0.05, **(config or {})})
+
+    @property
+    def pid(self) -> int:
+        return os.getpid()
 
 
 class SlowOnOneRunnerEnv(FixedLengthEnv):

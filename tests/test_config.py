@@ -62,6 +62,7 @@ VALID_VALUES = {
     "observation_filter": "MeanStdFilter",
     "sample_timeout_s": 5.0,
     "horizon": 200,
+    "remote_worker_envs": True,
     "gamma": 0.9,
     "lr": 1e-3,
     "grad_clip": 0.5,

@@ -40,7 +40,7 @@ from rltrainer.algorithms.callbacks import call_hook, make_callbacks
 from rltrainer.algorithms.evaluation_loop import Evaluation
 from rltrainer.checkpoint_store import apply_retention, checkpoint_uri, open_checkpoint, upload_checkpoint
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
-from rltrainer.core.cluster import algorithm_bundles, init_ray, needs_ray, release, reserve
+from rltrainer.core.cluster import actor_bundles, algorithm_bundles, init_ray, needs_ray, release, reserve
 from rltrainer.core.learner import Learner, make_learner
 from rltrainer.core.learner_group import LearnerGroup
 from rltrainer.core.torch_compile import check_compile_settings
@@ -149,7 +149,8 @@ class Algorithm(Trainable):
         self._placement = None
         if needs_ray(config):
             init_ray(config)
-            self._placement = reserve(config, in_trial=self._under_tune)
+            if actor_bundles(config):  # (remote_worker_envs' actors alone reserve nothing: no CPUs)
+                self._placement = reserve(config, in_trial=self._under_tune)
         try:
             self.env_runner_group = EnvRunnerGroup(config, self._placement)
             self.workers = self.env_runner_group  # RLlib's older name

@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
 )
 
+from rltrainer.core.cluster import uses_remote_envs
 from rltrainer.errors import ConfigError
 from rltrainer.tune.search_space import candidates, holds_search_space
 from rltrainer.utils.import_paths import object_path
@@ -92,11 +93,18 @@ DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
     "eager_tracing": (False, "it is a TensorFlow setting and rltrainer is torch only"),
     "soft_horizon": (False, _ENV_ENDS),
     "no_done_at_end": (False, _ENV_ENDS),
-    "remote_worker_envs": (False, "sub-envs step in their env runner; for slow envs add env runners"),
     "monitor": (False, _VIDEOS),
     "record_env": (False, _VIDEOS),
     "render_env": (False, _VIDEOS),
 }
+
+
+#: ``env_task_fn`` sets tasks on env objects, which remote envs keep in their actors.
+REMOTE_ENVS_WITHOUT_TASKS = (
+    "env_task_fn sets tasks on the env runners' sub-env objects, but with remote_worker_envs=True "
+    "they live in actors of their own: set remote_worker_envs=False (or num_envs_per_env_runner=1) "
+    "or remove env_task_fn"
+)
 
 
 def _positive_sizes(sizes: list[int]) -> list[int]:
@@ -227,6 +235,7 @@ class AlgorithmConfig(BaseModel):
             "sample_timeout_s",
             "horizon",
             "compress_observations",
+            "remote_worker_envs",
         ),
         "training": ("gamma", "lr", "grad_clip", "grad_clip_by", "train_batch_size", "model"),
         "evaluation": (
@@ -361,6 +370,11 @@ class AlgorithmConfig(BaseModel):
     horizon: int | None = Field(None, gt=0)
     """Truncate every episode after this many env steps (RLlib's; a ``TimeLimit`` on each env
     copy, so the truncated episodes bootstrap); ``None``: episodes end when the env ends them."""
+    remote_worker_envs: bool = False
+    """With ``num_envs_per_env_runner > 1``: each of a runner's envs lives in its own Ray actor
+    (no CPU reserved) and they step in parallel, each step waiting for all of them. Only worth
+    its overheads (a round trip per env and step) for envs slow to step or reset; single-agent
+    envs only, without ``env_task_fn`` (see ``rltrainer.env.remote_vector_env``)."""
 
     # --- training ----------------------------------------------------------------
     gamma: float = Field(0.99, ge=0.0, le=1.0)
@@ -834,6 +848,8 @@ class AlgorithmConfig(BaseModel):
                 raise ConfigError(f"evaluation_config: {str(err).removeprefix('config(): ')}") from None
         _check_evaluation(self)
         _check_offline(self)
+        if self.env_task_fn is not None and uses_remote_envs(self):
+            raise ConfigError(REMOTE_ENVS_WITHOUT_TASKS)
         if self.policies is not None or self.policy_mapping_fn is not None:
             check_multi_agent(self, imports=False)  # (a MultiAgentEnv alone: checked at build())
 
@@ -1315,6 +1331,11 @@ def check_multi_agent(config: AlgorithmConfig, imports: bool = True) -> None:
     if config.env_task_fn is not None:
         raise ConfigError(
             "env_task_fn sets tasks on single-agent TaskSettableEnvs; a multi-agent config cannot use it"
+        )
+    if config.remote_worker_envs:
+        raise ConfigError(
+            "remote_worker_envs puts single-agent envs in actors of their own; multi-agent runners step "
+            "their envs in their own process: remove it (or add env runners for slow envs)"
         )
 
 

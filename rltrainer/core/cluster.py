@@ -104,8 +104,18 @@ def actor_bundles(config: Any) -> list[Bundle]:
 
 
 def needs_ray(config: Any) -> bool:
-    """Only remote (evaluation) env runners or learners need Ray; everything else runs in this process."""
-    return config.num_env_runners > 0 or config.num_learners > 0 or config.evaluation_num_env_runners > 0
+    """Only remote (evaluation) env runners or learners, or sub-envs in actors of their own
+    (``remote_worker_envs``, also in the driver's runner), need Ray; everything else runs in
+    this process."""
+    actors = config.num_env_runners > 0 or config.num_learners > 0 or config.evaluation_num_env_runners > 0
+    evaluation = config.get_evaluation_config() if config.evaluation_config else config
+    return actors or uses_remote_envs(config) or uses_remote_envs(evaluation)
+
+
+def uses_remote_envs(config: Any) -> bool:
+    """Whether env runners of ``config`` make each sub-env a Ray actor (``remote_worker_envs``
+    applies with more than one env per runner, as in RLlib)."""
+    return bool(config.remote_worker_envs) and config.num_envs_per_env_runner > 1
 
 
 def init_ray(config: Any) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import traceback
 import weakref
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -25,6 +24,7 @@ import numpy as np
 
 from rltrainer.algorithms.callbacks import EPISODE_HOOKS, call_hook, make_callbacks, overrides
 from rltrainer.core import compiled
+from rltrainer.core.cluster import uses_remote_envs
 from rltrainer.core.exploration import Exploration
 from rltrainer.core.filters import NoFilter, make_filter
 from rltrainer.core.recurrent import RecurrentColumns
@@ -37,6 +37,7 @@ from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.recurrent_sampling import RecurrentInputs
 from rltrainer.env.registry import RestartOnCrash, make_env, make_vector_env, register_env
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
+from rltrainer.errors import raised_at as _raised_at
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.input_reader import make_offline_input
 from rltrainer.offline.output_writer import make_output_writer
@@ -46,6 +47,8 @@ from rltrainer.utils.sample_batch import SampleBatch, written_columns
 logger = logging.getLogger(__name__)
 
 _CRASHED_MASK = "_" + RestartOnCrash.CRASHED  # SyncVectorEnv's info mask of recreated envs
+
+_noted_single_remote_env = False  # remote_worker_envs with one env per runner was logged
 
 # The env runner of this process (RLlib's global worker): the newest training runner made here,
 # else the newest evaluation runner.
@@ -145,18 +148,6 @@ class EnvStepError(EnvError):
         if isinstance(err, ValueError) and "shape" in str(err):  # gymnasium's batching of observations
             hint = f"; an observation does not fit the observation space {space}"
         return cls(f"env {env!r}: {call} raised {type(err).__name__}: {err}{where}{hint}")
-
-
-def _raised_at(err: BaseException) -> str:
-    """`` (at file:line in function)`` of the innermost frame outside gymnasium, numpy and
-    rltrainer (the user's env), else of the innermost frame."""
-    frames = traceback.extract_tb(err.__traceback__)
-    if not frames:
-        return ""
-    libraries = ("/gymnasium/", "/numpy/", f"{os.sep}rltrainer{os.sep}", f"{os.sep}functools.py")
-    own = [frame for frame in frames if not any(part in frame.filename for part in libraries)]
-    frame = (own or frames)[-1]
-    return f" (at {frame.filename}:{frame.lineno} in {frame.name})"
 
 
 class EpisodeStats(NamedTuple):
@@ -350,7 +341,8 @@ class EnvRunner:
 
     def _check_env(self) -> None:
         """RLlib's env check at build (``rltrainer.env.env_checker``) on the first env copy
-        (sampling resets it before use), or, for a natively batched env, on one more env."""
+        (sampling resets it before use), or, for a natively batched env or remote sub-envs
+        (``remote_worker_envs``), on one more env made here."""
         copies = getattr(self.env, "envs", None)
         env = copies[0] if copies else make_env(self.config.env, self._ctx)
         try:
@@ -368,6 +360,13 @@ class EnvRunner:
                 self.config.observation_space, self.config.action_space, self.config.num_envs_per_env_runner
             )
         per_env = overrides(self.callbacks, "on_sub_environment_created")
+        remote = self._remote_envs()
+        if remote and per_env:
+            raise ConfigError(
+                f"{type(self.callbacks).__name__}.on_sub_environment_created gets each sub-env object, but "
+                "with remote_worker_envs=True they live in actors of their own: set remote_worker_envs=False "
+                "or use on_environment_created (its env's actors attribute holds the actors)"
+            )
         try:
             env = make_vector_env(
                 self.config.env,
@@ -376,6 +375,8 @@ class EnvRunner:
                 restart_failed=self.config.restart_failed_sub_environments,
                 sub_envs=per_env,  # the hook gets each env object, so no natively batched env
                 horizon=self.config.horizon,
+                remote=remote,
+                worker_env_vars=self.config.extra_python_environs_for_worker,
             )
         except RLTrainerError:
             raise
@@ -403,6 +404,17 @@ class EnvRunner:
                     env_index=index,
                 )
         return env
+
+    def _remote_envs(self) -> bool:
+        """Whether the sub-envs live in actors of their own: ``remote_worker_envs`` with more than
+        one env per runner (RLlib ignores it for one env, and so does this, saying so once)."""
+        global _noted_single_remote_env  # noqa: PLW0603 - said once per process
+        if uses_remote_envs(self.config):
+            return True
+        if self.config.remote_worker_envs and not _noted_single_remote_env:
+            logger.info("remote_worker_envs=True is ignored with num_envs_per_env_runner=1 (as in RLlib)")
+            _noted_single_remote_env = True
+        return False
 
     def sample_episodes(
         self,
@@ -707,7 +719,8 @@ class EnvRunner:
         return fn(self, *args)
 
     def foreach_env(self, fn: Callable[[gym.Env], Any]) -> list[Any]:
-        """``fn`` applied to each sub-env (or to the batched env when it is one object)."""
+        """``fn`` applied to each sub-env (or to the batched env when it is one object; with
+        ``remote_worker_envs``, to each sub-env's actor handle, as RLlib)."""
         return [fn(env) for env in self._sub_envs()]
 
     def foreach_env_with_context(self, fn: Callable[[gym.Env, EnvContext], Any]) -> list[Any]:
@@ -718,10 +731,11 @@ class EnvRunner:
         ]
 
     def _sub_envs(self) -> list[gym.Env]:
-        """The sub-envs as their creator made them (without ``RestartOnCrash``), or the batched env."""
+        """The sub-envs as their creator made them (without ``RestartOnCrash``), or the batched env;
+        with ``remote_worker_envs`` their actors' handles (RLlib's ``get_sub_environments()``)."""
         envs = getattr(self.env, "envs", None)
         if envs is None:
-            return [self.env]
+            return list(getattr(self.env, "actors", None) or [self.env])
         return [env.env if isinstance(env, RestartOnCrash) else env for env in envs]
 
     # --- tasks (curriculum learning) ----------------------------------------------------
@@ -730,6 +744,10 @@ class EnvRunner:
 
         Raises ``ConfigError`` naming the env when one is not: what ``env_task_fn`` needs.
         """
+        if self._remote_envs():
+            from rltrainer.algorithms.algorithm_config import REMOTE_ENVS_WITHOUT_TASKS
+
+            raise ConfigError(REMOTE_ENVS_WITHOUT_TASKS)
         sub_envs = self._sub_envs()
         found = [find_task_settable(env) for env in sub_envs]
         if None in found:

@@ -3,7 +3,8 @@
 An env spec is one of: a name given to ``register_env``; a gymnasium id; a
 ``"package.module:ClassName"`` string; a ``gymnasium.Env`` subclass. Gymnasium ids
 without a registered creator use the env's ``vector_entry_point`` when it has one (one
-batched env instead of N Python objects), otherwise a ``SyncVectorEnv`` of copies.
+batched env instead of N Python objects), otherwise a ``SyncVectorEnv`` of copies; with
+``remote_worker_envs`` each copy is a Ray actor of its own (``rltrainer.env.remote_vector_env``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import difflib
 import importlib
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -104,12 +106,17 @@ def is_known_multi_agent(name: str) -> bool:
     return name in _MULTI_AGENT_NAMES
 
 
+def note_multi_agent(env: Any) -> None:
+    """Remember that ``env``'s creator returns a multi-agent env (e.g. found in another process)."""
+    if isinstance(env, str):
+        _MULTI_AGENT_NAMES.add(env)
+
+
 def _refuse_multi_agent(created: Any, env: Any) -> None:
     from rltrainer.env.multi_agent_env import is_multi_agent_env
 
     if is_multi_agent_env(created):
-        if isinstance(env, str):
-            _MULTI_AGENT_NAMES.add(env)
+        note_multi_agent(env)
         close = getattr(created, "close", None)
         if callable(close):
             close()
@@ -166,6 +173,21 @@ class RestartOnCrash(gym.Wrapper):
             return obs, 0.0, False, True, {**info, self.CRASHED: True}
 
 
+def make_sub_env(
+    env: Any, ctx: EnvContext, index: int, restart_failed: bool = False, horizon: int | None = None
+) -> gym.Env:
+    """Copy ``index`` of a vector env: ``env`` made with ``vector_index=index``, in a ``TimeLimit``
+    when ``horizon`` is set, in ``RestartOnCrash`` with ``restart_failed`` (module level, so
+    that a ``remote_worker_envs`` actor makes its copy with it too)."""
+
+    def make_one() -> gym.Env:
+        created = make_env(env, ctx.copy_with_overrides(vector_index=index))
+        return created if horizon is None else gym.wrappers.TimeLimit(created, max_episode_steps=horizon)
+
+    created = make_one()
+    return RestartOnCrash(created, make_one) if restart_failed else created
+
+
 def make_vector_env(
     env: Any,
     ctx: EnvContext,
@@ -173,6 +195,8 @@ def make_vector_env(
     restart_failed: bool = False,
     sub_envs: bool = False,
     horizon: int | None = None,
+    remote: bool = False,
+    worker_env_vars: dict[str, str] | None = None,
 ) -> gym.vector.VectorEnv:
     """Create ``num_envs`` copies stepped together (next-step autoreset, gymnasium's default).
 
@@ -180,8 +204,14 @@ def make_vector_env(
     made from a ``vector_entry_point``, have no separate copies to recreate). ``sub_envs``
     asks for a ``SyncVectorEnv`` of env objects even where a native batched env exists.
     ``horizon`` (RLlib's): each copy's episodes are truncated after that many steps (a
-    ``TimeLimit`` on each, so copies, not a native batched env).
+    ``TimeLimit`` on each, so copies, not a native batched env). ``remote``
+    (``remote_worker_envs``): each copy lives in its own Ray actor, which gets
+    ``worker_env_vars`` in its environment (``RemoteVectorEnv``; always copies).
     """
+    if remote:
+        from rltrainer.env.remote_vector_env import RemoteVectorEnv
+
+        return RemoteVectorEnv(env, ctx, num_envs, restart_failed, horizon, worker_env_vars)
     sub_envs = sub_envs or horizon is not None
     if env not in _REGISTRY and not sub_envs and is_atari(env):
         return make_atari_vector(env, num_envs, dict(ctx))
@@ -192,16 +222,9 @@ def make_vector_env(
                 return gym.make_vec(env, num_envs=num_envs, vectorization_mode="vector_entry_point", **ctx)
             except TypeError as err:
                 raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
-
-    def make_one(index: int) -> gym.Env:
-        created = make_env(env, ctx.copy_with_overrides(vector_index=index))
-        return created if horizon is None else gym.wrappers.TimeLimit(created, max_episode_steps=horizon)
-
-    def make_copy(index: int) -> gym.Env:
-        created = make_one(index)
-        return RestartOnCrash(created, lambda: make_one(index)) if restart_failed else created
-
-    return gym.vector.SyncVectorEnv([(lambda i=i: make_copy(i)) for i in range(num_envs)])
+    return gym.vector.SyncVectorEnv(
+        [partial(make_sub_env, env, ctx, i, restart_failed, horizon) for i in range(num_envs)]
+    )
 
 
 def _checked(created: Any, env: Any) -> gym.Env:
