@@ -155,3 +155,38 @@ def test_bad_settings_fail_at_build(change, message):
         ESConfig().environment("CartPole-v1").update_from_dict(change).validate()
     with pytest.raises(ConfigError, match="rollouts_used"):
         ARSConfig(num_rollouts=4, rollouts_used=8).environment("CartPole-v1").validate()
+
+
+def test_lean_episodes_match_the_runners_loop_and_callbacks_keep_the_loop():
+    """ES rolls out on a plain env of the runner's own (``lean_episodes``): the same episode as the
+    runner's sampling loop from the same seed and weights. With episode callbacks, which observe
+    each step, it keeps the loop."""
+    from rltrainer.algorithms.callbacks import DefaultCallbacks
+    from rltrainer.algorithms.es.es import lean_episodes
+
+    config = (
+        ESConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0)
+        .training(noise_size=100_000, model={"fcnet_hiddens": [16]})
+        .debugging(seed=3)
+    )
+    algo = config.build()
+    try:
+        runner = algo.env_runner_group.local_worker()
+        lean = lean_episodes(runner)(explore=False, update_filter=False)
+        loop, _ = runner.sample_episodes(num_episodes=1, explore=False)
+        assert (lean.episode_return, lean.episode_len) == (loop[0].episode_return, loop[0].episode_len)
+    finally:
+        algo.stop()
+
+    class CountSteps(DefaultCallbacks):
+        def on_episode_step(self, **kwargs):
+            pass
+
+    algo = config.callbacks(CountSteps).build()
+    try:
+        assert lean_episodes(algo.env_runner_group.local_worker()) is None
+        assert algo.train()["episodes_this_iter"] > 0
+    finally:
+        algo.stop()

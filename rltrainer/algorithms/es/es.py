@@ -91,11 +91,15 @@ def perturbed_rollouts(
             rng=rng,
         )
 
+    lean = lean_episodes(runner)
+
     def episode(weights: np.ndarray, explore: bool | None) -> EpisodeStats:
         """One episode with ``weights``; ``explore=None``: an evaluation (no noise, no filter update)."""
         runner.set_weights(unflatten(weights, template))
         # Perturbed episodes feed the observation filter (MeanStdFilter), evaluations do not.
         update = explore is not None
+        if lean is not None:
+            return lean(bool(explore), update)
         episodes, _ = runner.sample_episodes(num_episodes=1, explore=bool(explore), update_filter=update)
         return episodes[0]
 
@@ -122,6 +126,65 @@ def perturbed_rollouts(
         "lengths": np.asarray(lengths, dtype=np.int64).reshape(-1, 2),
         "evaluations": evaluations,
     }
+
+
+def lean_episodes(runner: Any) -> Any:
+    """``run(explore, update_filter) -> EpisodeStats``: one episode on a plain env of the runner's
+    own, as RLlib's ES rolls out, or None where the runner's sampling loop is needed (episode
+    callbacks or trajectory output observe the steps, recurrent state, envs restarted on crash).
+
+    ES runs one episode per perturbation, so the runner's vector env holds one env: its batching
+    costs more than the step itself (CartPole: ~170 us a step through the runner's loop, ~90 us
+    here; each episode's weights differ, so episodes cannot share a batch either)."""
+    config = runner.config
+    if (
+        runner._tracker is not None
+        or runner._recurrent is not None
+        or runner.output_writer is not None
+        or config.restart_failed_sub_environments
+        or config.env is None
+    ):
+        return None
+    import itertools
+    import weakref
+
+    from gymnasium.wrappers import TimeLimit
+
+    from rltrainer.env.env_runner import EnvStepError
+    from rltrainer.env.registry import make_env
+
+    env = make_env(config.env, runner._ctx)
+    if config.horizon is not None:
+        env = TimeLimit(env, max_episode_steps=config.horizon)
+    weakref.finalize(runner, env.close)
+    policy, guard, seeds = runner.policy, runner._guard, itertools.count()
+    preprocess, filtered = policy.preprocessor.transform_one, not runner._unfiltered
+    base_seed = None if config.seed is None else config.seed + 1000 * runner.worker_index
+
+    def call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:
+            raise EnvStepError.of(config.env, what, err, runner.observation_space) from err
+
+    def run(explore: bool, update_filter: bool) -> EpisodeStats:
+        seed = base_seed if next(seeds) == 0 else None  # seeded once, as the runner's envs
+        obs, _ = call("reset()", env.reset, seed=seed)
+        total, length, done = 0.0, 0, False
+        while not done:
+            flat = guard.check("observation", preprocess(obs), policy.global_timestep)
+            if filtered:
+                flat = runner.filter(flat, update=update_filter)
+            action = policy.compute(flat, explore)["env_actions"][0]
+            obs, reward, terminated, truncated, _ = call("step()", env.step, action)
+            total += float(guard.check("reward", np.asarray([reward]), policy.global_timestep)[0])
+            length += 1
+            done = terminated or truncated
+        if update_filter:  # as the runner's loop: training episodes advance the schedules
+            policy.global_timestep += length
+        return EpisodeStats(total, length)
+
+    return run
 
 
 def centered_ranks(values: np.ndarray) -> np.ndarray:
