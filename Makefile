@@ -27,8 +27,9 @@ demo: $(STAMP)
 		--config '{"seed": 0}' --storage-path $(DEMO_DIR) --name demo
 	$(BIN)/rltrainer evaluate "$$(ls -d $(DEMO_DIR)/demo/*/checkpoint_* | tail -n 1)" --episodes 20
 
+# Two worker processes, whole files each (module fixtures such as a Ray instance stay in one).
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # End to end without a cluster (tests/e2e): the operator, real local Ray clusters played by the
 # local KubeRay, moto's S3, and the fault matrix. About 15 minutes on 2 cores; `make test` runs only

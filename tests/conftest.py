@@ -14,6 +14,11 @@ import pytest
 
 # Operator timers tick every second in tests (the default is 10 s); read when handlers import.
 os.environ.setdefault("RLTRAINER_OPERATOR_POLL_INTERVAL_S", "1")
+# Under pytest-xdist (`make test` runs the suite in 2 worker processes) each worker keeps its
+# Ray instances' files in its own folder, where a bare ``ray.init()`` (Tune's) looks for the
+# latest cluster: a worker never attaches to the other's.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("RAY_TMPDIR", f"/tmp/ray-{os.environ['PYTEST_XDIST_WORKER']}")
 # The key the operator derives each experiment's Ray token from (the chart generates one).
 os.environ.setdefault("RLTRAINER_OPERATOR_RAY_TOKEN_KEY", "test-ray-token-key")
 
