@@ -41,6 +41,8 @@ VALID_VALUES = {
     "policies_to_train": ["p0"],
     "count_steps_by": "agent_steps",
     "fake_gpus": True,
+    "render_env": True,
+    "record_env": "videos",
     "framework_str": "torch",
     "torch_compile_learner": True,
     "torch_compile_learner_what_to_compile": "complete_update",

@@ -82,7 +82,6 @@ def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
         ("framework", "eager_tracing", True, "TensorFlow setting and rltrainer is torch only"),
         ("env_runners", "create_env_on_driver", False, "the driver always creates"),
         ("env_runners", "no_done_at_end", True, "episodes end when the env ends them"),
-        ("environment", "render_env", True, "rltrainer evaluate CHECKPOINT --video DIR"),
         ("env_runners", "soft_horizon", True, "episodes end when the env ends them"),
     ],
 )

@@ -48,6 +48,7 @@ from rltrainer.env.env_runner import EpisodeStats, Rollout
 from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.env.episode import index_obs
 from rltrainer.env.spaces import space_to_json
+from rltrainer.env.video import resolve_videos
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import redirect_output, resolve_output
@@ -142,6 +143,8 @@ class Algorithm(Trainable):
             check_storage_path(config.storage_path, config.storage_options)
         if config.output is not None:  # "logdir" (the trial folder) and relative paths: the driver's
             config._output_path = resolve_output(config.output, lambda: self.trial_uri)
+        if config.record_env or config.render_env:
+            config._video_dir = resolve_videos(config, lambda: self.trial_dir)
         if config.is_offline:  # the files are listed once, here: a missing input fails at build()
             config._input_sources = None
             config.get_input_sources()

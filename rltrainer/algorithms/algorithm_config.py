@@ -62,10 +62,11 @@ ALIASES: dict[str, str] = {
     # RLlib 1.x: env steps sampled before an iteration may end (later min_sample_timesteps_per_reporting).
     "timesteps_per_iteration": "min_sample_timesteps_per_iteration",
     "_fake_gpus": "fake_gpus",
+    # RLlib 1.x: videos of episodes (gym's Monitor), later record_env.
+    "monitor": "record_env",
 }
 
 
-_VIDEOS = "record videos of a checkpoint's episodes with `rltrainer evaluate CHECKPOINT --video DIR`"
 _ENV_ENDS = "episodes end when the env ends them (terminated or truncated; truncated ones bootstrap)"
 
 #: ``environment()``'s default: the env is left as it is (``None`` sets no env, as in RLlib).
@@ -93,9 +94,6 @@ DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
     "eager_tracing": (False, "it is a TensorFlow setting and rltrainer is torch only"),
     "soft_horizon": (False, _ENV_ENDS),
     "no_done_at_end": (False, _ENV_ENDS),
-    "monitor": (False, _VIDEOS),
-    "record_env": (False, _VIDEOS),
-    "render_env": (False, _VIDEOS),
 }
 
 
@@ -225,6 +223,8 @@ class AlgorithmConfig(BaseModel):
             "clip_actions",
             "env_task_fn",
             "disable_env_checking",
+            "render_env",
+            "record_env",
         ),
         "env_runners": (
             "num_env_runners",
@@ -345,6 +345,13 @@ class AlgorithmConfig(BaseModel):
     disable_env_checking: bool = False
     """Skip the env check at ``build()`` (one seeded reset and one step of an extra env in the
     driver, checked against the spaces and gymnasium's API: ``rltrainer.env.env_checker``)."""
+    render_env: bool = False
+    """Render the first sub-env of one env runner (the driver's when it samples, else runner 1)
+    on screen while training (gymnasium ids are made with ``render_mode="human"``)."""
+    record_env: bool | str = False
+    """Record videos (mp4) of the first sub-env's episodes on one env runner, as gymnasium's
+    ``RecordVideo`` picks them (episodes 0, 1, 8, 27, ..., then every 1000th): ``True``: into
+    ``<trial folder>/videos``; a string: into that folder. RLlib 1.x's ``monitor``."""
     env_task_fn: Any = None
     """Curriculum: ``fn(train_results, task_settable_env, env_ctx) -> task``, called after every
     ``train()`` for each sub-env of every env runner, which is set to the task returned where it
@@ -615,6 +622,8 @@ class AlgorithmConfig(BaseModel):
     _algo_class: type | None = PrivateAttr(default=None)
     # ``output`` as the driver resolved it ("logdir" -> <trial folder>/output), set by the algorithm.
     _output_path: str | None = PrivateAttr(default=None)
+    # ``record_env``'s folder as the driver resolved it (True -> <trial folder>/videos).
+    _video_dir: str | None = PrivateAttr(default=None)
     # ``input_`` with its files listed, set by the algorithm in the driver (resolve_input).
     _input_sources: list[Any] | None = PrivateAttr(default=None)
     # Tune search spaces by field (``training(lr=tune.grid_search([...]))``): ``to_dict()`` hands

@@ -36,6 +36,7 @@ from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.recurrent_sampling import RecurrentInputs
 from rltrainer.env.registry import RestartOnCrash, make_env, make_vector_env, register_env
+from rltrainer.env.video import EpisodeVideos, video_role
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
 from rltrainer.errors import raised_at as _raised_at
 from rltrainer.models.catalog import ModelCatalog
@@ -345,6 +346,8 @@ class EnvRunner:
         (``remote_worker_envs``), on one more env made here."""
         copies = getattr(self.env, "envs", None)
         env = copies[0] if copies else make_env(self.config.env, self._ctx)
+        if isinstance(env, EpisodeVideos):  # the check's reset and step are no episode to record
+            env = env.env
         try:
             mask_key = self.config.model.action_mask_key
             check_env(env, self.config.env_name, seed=self.config.seed or 0, action_mask_key=mask_key)
@@ -361,6 +364,12 @@ class EnvRunner:
             )
         per_env = overrides(self.callbacks, "on_sub_environment_created")
         remote = self._remote_envs()
+        render_mode = video_role(self.config, self.worker_index, self._ctx.num_workers)
+        if remote and render_mode is not None:
+            raise ConfigError(
+                "record_env/render_env show the first sub-env, and with remote_worker_envs=True it lives "
+                "in an actor of its own: set remote_worker_envs=False to record or render"
+            )
         if remote and per_env:
             raise ConfigError(
                 f"{type(self.callbacks).__name__}.on_sub_environment_created gets each sub-env object, but "
@@ -377,7 +386,10 @@ class EnvRunner:
                 horizon=self.config.horizon,
                 remote=remote,
                 worker_env_vars=self.config.extra_python_environs_for_worker,
+                first_render_mode=render_mode,
             )
+            if render_mode is not None:
+                self._show_first_env(env, render_mode)
         except RLTrainerError:
             raise
         except Exception as err:  # the env's own constructor: say where, in one line
@@ -404,6 +416,21 @@ class EnvRunner:
                     env_index=index,
                 )
         return env
+
+    def _show_first_env(self, env: gym.vector.SyncVectorEnv, render_mode: str) -> None:
+        """Wrap copy 0 to record its episodes (``record_env``) or draw them (``render_env``)."""
+        from rltrainer.env.video import check_renders
+
+        first = env.envs[0]
+        setting = "record_env" if render_mode == "rgb_array" else "render_env"
+        check_renders(first.unwrapped, self.config.env_name, render_mode, setting)
+        if render_mode == "human":  # such an env draws itself in reset() and step() (gymnasium's API)
+            return
+        folder = self.config._video_dir
+        if folder is None:  # an env runner made outside an algorithm (tests, tools)
+            raise ConfigError("record_env: no video folder was resolved (build the algorithm to record)")
+        where = "evaluation" if self.in_evaluation else "training"
+        env.envs[0] = EpisodeVideos(first, os.path.join(folder, where), f"runner-{self.worker_index}")
 
     def _remote_envs(self) -> bool:
         """Whether the sub-envs live in actors of their own: ``remote_worker_envs`` with more than

@@ -174,14 +174,20 @@ class RestartOnCrash(gym.Wrapper):
 
 
 def make_sub_env(
-    env: Any, ctx: EnvContext, index: int, restart_failed: bool = False, horizon: int | None = None
+    env: Any,
+    ctx: EnvContext,
+    index: int,
+    restart_failed: bool = False,
+    horizon: int | None = None,
+    render_mode: str | None = None,
 ) -> gym.Env:
-    """Copy ``index`` of a vector env: ``env`` made with ``vector_index=index``, in a ``TimeLimit``
-    when ``horizon`` is set, in ``RestartOnCrash`` with ``restart_failed`` (module level, so
-    that a ``remote_worker_envs`` actor makes its copy with it too)."""
+    """Copy ``index`` of a vector env: ``env`` made with ``vector_index=index`` (and
+    ``render_mode`` where ``make_env`` passes one), in a ``TimeLimit`` when ``horizon`` is set,
+    in ``RestartOnCrash`` with ``restart_failed`` (module level, so that a
+    ``remote_worker_envs`` actor makes its copy with it too)."""
 
     def make_one() -> gym.Env:
-        created = make_env(env, ctx.copy_with_overrides(vector_index=index))
+        created = make_env(env, ctx.copy_with_overrides(vector_index=index), render_mode=render_mode)
         return created if horizon is None else gym.wrappers.TimeLimit(created, max_episode_steps=horizon)
 
     created = make_one()
@@ -197,6 +203,7 @@ def make_vector_env(
     horizon: int | None = None,
     remote: bool = False,
     worker_env_vars: dict[str, str] | None = None,
+    first_render_mode: str | None = None,
 ) -> gym.vector.VectorEnv:
     """Create ``num_envs`` copies stepped together (next-step autoreset, gymnasium's default).
 
@@ -207,12 +214,13 @@ def make_vector_env(
     ``TimeLimit`` on each, so copies, not a native batched env). ``remote``
     (``remote_worker_envs``): each copy lives in its own Ray actor, which gets
     ``worker_env_vars`` in its environment (``RemoteVectorEnv``; always copies).
+    ``first_render_mode``: copy 0 is made with it (``record_env``/``render_env``; copies).
     """
     if remote:
         from rltrainer.env.remote_vector_env import RemoteVectorEnv
 
         return RemoteVectorEnv(env, ctx, num_envs, restart_failed, horizon, worker_env_vars)
-    sub_envs = sub_envs or horizon is not None
+    sub_envs = sub_envs or horizon is not None or first_render_mode is not None
     if env not in _REGISTRY and not sub_envs and is_atari(env):
         return make_atari_vector(env, num_envs, dict(ctx))
     if isinstance(env, str) and env in gym.registry and env not in _REGISTRY and not sub_envs:
@@ -223,7 +231,10 @@ def make_vector_env(
             except TypeError as err:
                 raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
     return gym.vector.SyncVectorEnv(
-        [partial(make_sub_env, env, ctx, i, restart_failed, horizon) for i in range(num_envs)]
+        [
+            partial(make_sub_env, env, ctx, i, restart_failed, horizon, first_render_mode if i == 0 else None)
+            for i in range(num_envs)
+        ]
     )
 
 
