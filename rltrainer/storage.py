@@ -90,6 +90,19 @@ def parent_uri(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[0]
 
 
+def writable_folder(path: str | Path) -> tuple[Path, str | None]:
+    """``path`` as an absolute folder, created if missing, and why it cannot be written (None
+    when it can): what settings naming a local output folder check at ``build()``."""
+    folder = Path(path).expanduser().absolute()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(f"no write permission on {folder}")
+    except OSError as err:
+        return folder, str(err.strerror or err)
+    return folder, None
+
+
 def check_storage_path(uri: str | Path, options: dict[str, Any] | None = None) -> None:
     """Make sure ``storage_path`` can be used before training starts, else ``StorageError``
     saying why: a local one must be a folder this process can write to (created if needed);

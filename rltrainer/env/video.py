@@ -55,17 +55,15 @@ def resolve_videos(config: Any, trial_dir: Any) -> str | None:
         check_display()
     if not config.record_env:
         return None
-    folder = Path(trial_dir()) / "videos" if config.record_env is True else Path(config.record_env)
-    folder = folder.expanduser().absolute()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise PermissionError(f"no write permission on {folder}")
-    except OSError as err:
+    from rltrainer.storage import writable_folder
+
+    wanted = Path(trial_dir()) / "videos" if config.record_env is True else Path(config.record_env)
+    folder, problem = writable_folder(wanted)
+    if problem is not None:
         raise ConfigError(
-            f"record_env: videos cannot be written to {str(folder)!r} ({err.strerror or err}); "
+            f"record_env: videos cannot be written to {str(folder)!r} ({problem}); "
             "allowed: False, True (<trial folder>/videos) or a writable folder"
-        ) from None
+        )
     return str(folder)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from rltrainer.errors import ConfigError
-from rltrainer.storage import StorageError, is_remote, join_uri, open_storage
+from rltrainer.storage import StorageError, is_remote, join_uri, open_storage, writable_folder
 
 logger = logging.getLogger(__name__)
 
@@ -92,16 +92,12 @@ def resolve_output(output: str, trial_uri: Callable[[], str]) -> str:
         return join_uri(trial_uri(), "output")
     if is_remote(output):
         return output
-    folder = Path(output).expanduser().absolute()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise PermissionError(f"no write permission on {folder}")
-    except OSError as err:
+    folder, problem = writable_folder(output)
+    if problem is not None:
         raise ConfigError(
-            f"offline_data(): output {output!r} cannot be written ({err.strerror or err}); "
+            f"offline_data(): output {output!r} cannot be written ({problem}); "
             "allowed: None, 'logdir', a writable directory, or 's3://bucket/prefix'"
-        ) from None
+        )
     return str(folder)
 
 
