@@ -28,6 +28,25 @@ RLX_CRD = ROOT / "crds" / "rltrainer.io_rlexperiments.yaml"
 RAYCLUSTER_CRD = ROOT / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayclusters.yaml"
 
 
+#: Files holding the longest tests, collected first: under pytest-xdist each starts early on a
+#: worker instead of keeping one worker busy alone at the end (the others keep their order).
+LONG_FIRST = (
+    "test_readme.py",
+    "test_journey.py",
+    "test_docs.py",
+    "test_learner_restarts.py",
+    "test_cql.py",
+    "test_sac.py",
+    "test_multi_agent.py",
+    "test_tune.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def control_plane():
     from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
