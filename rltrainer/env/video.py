@@ -78,6 +78,14 @@ def video_role(config: Any, worker_index: int, num_workers: int) -> str | None:
     return "rgb_array" if config.record_env else "human"
 
 
+def mp4_writer(path: str | Path, env: gym.Env) -> Any:
+    """An imageio writer streaming ``env``'s frames to an mp4 at ``path``, at its ``render_fps``."""
+    import imageio.v2 as imageio  # only videos need imageio and its ffmpeg
+
+    # macro_block_size=2: even sizes are all H.264 (yuv420p) needs; 16 would resize most frames.
+    return imageio.get_writer(path, fps=env.metadata.get("render_fps", 30), macro_block_size=2)
+
+
 class EpisodeVideos(gym.Wrapper):
     """Record ``env``'s episodes that ``trigger(episode_id)`` picks to
     ``<folder>/<prefix>-episode-<id>.mp4`` (``env`` renders ``rgb_array`` frames)."""
@@ -97,12 +105,8 @@ class EpisodeVideos(gym.Wrapper):
         obs, info = self.env.reset(**kwargs)
         self.episode_id += 1
         if self.trigger(self.episode_id):
-            import imageio.v2 as imageio  # only videos need imageio and its ffmpeg
-
             path = self.folder / f"{self.prefix}-episode-{self.episode_id}.mp4"
-            fps = self.env.metadata.get("render_fps", 30)
-            # macro_block_size=2: even sizes are all H.264 (yuv420p) needs; 16 would resize frames.
-            self._writer = imageio.get_writer(path, fps=fps, macro_block_size=2)
+            self._writer = mp4_writer(path, self.env)
             self.paths.append(path)
             self._frame()
         return obs, info

@@ -204,11 +204,9 @@ def _video_writer(path: Path | None, env: gym.Env) -> Iterator[Callable[[], None
     if path is None:
         yield lambda: None
         return
-    import imageio.v2 as imageio  # only videos need imageio and its ffmpeg
+    from rltrainer.env.video import mp4_writer
 
-    # macro_block_size=2: even sizes are all H.264 (yuv420p) needs; 16 would resize most frames.
-    fps = env.metadata.get("render_fps", 30)
-    with imageio.get_writer(path, fps=fps, macro_block_size=2) as writer:
+    with mp4_writer(path, env) as writer:
 
         def record() -> None:
             frame = env.render()
