@@ -10,14 +10,29 @@ policy's graph takes and returns its state (``state_in`` / ``state_out``: ``[B, 
 rows 2, or 4 with the value function's own LSTM) and, with ``lstm_use_prev_action`` /
 ``lstm_use_prev_reward``, the previous (distribution-space) actions and rewards.
 
+A Dict or Tuple action space gives one output per part instead of ``actions``, in the space's
+order (``space_parts``: Dict keys as the space iterates them, Tuple positions, nested), each what
+the env gets for that part: int64 ``[B]`` for ``Discrete`` (plus its ``start``), int64
+``[B, *shape]`` for ``MultiDiscrete`` (plus its ``start``) and ``MultiBinary``, float32
+``[B, *shape]`` for ``Box`` (rescaled or clipped as the env receives it). A part's output is
+named ``actions.<path>``: its ``space_parts`` path with ``/`` as ``.`` and any character other
+than an ASCII letter, digit or ``_`` as ``_`` (``Tuple(Discrete, Dict(grip=...))`` gives
+``actions.0`` and ``actions.1.grip``); a name already taken gets ``_2``, ``_3``, ... An LSTM
+that reads previous actions takes them as the distribution's float32 row ``[B, columns]``: the
+parts' columns side by side (a discrete part's index from 0, a normalized Box part's values in
+[-1, 1]).
+
 Next to the model, ``export.json`` says what the inputs and outputs are (names, shapes,
-dtypes), the spaces, and which checkpoint it came from. Nothing in it is pickled.
+dtypes), the spaces, and which checkpoint it came from; for a Dict or Tuple action space,
+``action_parts`` says which part each ``actions.*`` output is (its path, space, shape, dtype and
+columns in the row). Nothing in it is pickled.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,6 +42,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from rltrainer.core.composite_actions import CompositeActions
 from rltrainer.core.filters import CLIP, MeanStdFilter
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import ConfigError
@@ -51,7 +67,12 @@ class ExportedPolicy(nn.Module):
             stats = observation_filter.stats
             self.register_buffer("obs_mean", torch.as_tensor(stats.mean, dtype=torch.float32))
             self.register_buffer("obs_std", torch.as_tensor(stats.std, dtype=torch.float32))
-        self._rescale = _torch_rescaler(policy.action_space, policy.config)
+        composite = policy.composite_actions
+        if composite is None:
+            rescale = _torch_rescaler(policy.action_space, policy.config)
+            self._to_env = lambda a: (rescale(a),)
+        else:
+            self._to_env = _torch_composite_to_env(composite, policy.config)
 
     def forward(
         self,
@@ -65,10 +86,10 @@ class ExportedPolicy(nn.Module):
             obs = torch.clamp((obs - self.obs_mean) / self.obs_std, -CLIP, CLIP)
         if not self.recurrent:
             dist_inputs = self._dist_inputs(obs)
-            return self._rescale(self.dist_class(dist_inputs).deterministic_sample()), dist_inputs
+            return *self._to_env(self.dist_class(dist_inputs).deterministic_sample()), dist_inputs
         dist_inputs, _, state_out = self.policy_model.step(obs, state_in, prev_actions, prev_rewards)
         actions = self.dist_class(dist_inputs).deterministic_sample()
-        return self._rescale(actions), dist_inputs, state_out
+        return *self._to_env(actions), dist_inputs, state_out
 
 
 def _torch_rescaler(space: spaces.Space, config: Any):
@@ -90,15 +111,70 @@ def _torch_rescaler(space: spaces.Space, config: Any):
     return lambda a: a
 
 
+def _torch_composite_to_env(composite: CompositeActions, config: Any):
+    """``CompositeActions.to_env`` in torch: the distribution's ``[B, columns]`` rows -> one
+    tensor per part (see the module doc), each through ``_torch_rescaler`` of its space."""
+    parts = [
+        (part, columns, _torch_rescaler(part, config))
+        for (_, part), columns in zip(composite.parts, composite.columns, strict=True)
+    ]
+
+    def to_env(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs = []
+        for part, columns, rescale in parts:
+            values = rows[:, columns]
+            if isinstance(part, spaces.Box):
+                outputs.append(rescale(values.reshape(-1, *part.shape)))
+            elif isinstance(part, spaces.Discrete):
+                outputs.append(rescale(torch.round(values[:, 0]).long()))
+            else:  # MultiDiscrete's start is per flat column: add it before the part's shape
+                outputs.append(rescale(torch.round(values).long()).reshape(-1, *part.shape))
+        return tuple(outputs)
+
+    return to_env
+
+
+def action_outputs(policy: Any) -> list[dict[str, Any]]:
+    """The ``actions.*`` outputs of a Dict or Tuple action space, one per part in the space's
+    order (name, path, space, shape, dtype, columns; what ``export.json`` lists as
+    ``action_parts``); ``[]`` for the other spaces (one ``actions`` output)."""
+    composite = policy.composite_actions
+    if composite is None:
+        return []
+    outputs, taken = [], set()
+    for (path, part), columns in zip(composite.parts, composite.columns, strict=True):
+        base = "actions." + ".".join(re.sub(r"[^A-Za-z0-9_]", "_", key) for key in path.split("/"))
+        name, count = base, 1
+        while name in taken:
+            count += 1
+            name = f"{base}_{count}"
+        taken.add(name)
+        shape = [] if isinstance(part, spaces.Discrete) else list(part.shape)
+        outputs.append(
+            {
+                "output": name,
+                "path": path,
+                "space": space_to_json(part),
+                "shape": ["batch", *shape],
+                "dtype": "float32" if isinstance(part, spaces.Box) else "int64",
+                "columns": [columns.start, columns.stop],
+            }
+        )
+    return outputs
+
+
 def example_inputs(policy: Any, batch: int = 2) -> tuple[dict[str, torch.Tensor], list[str]]:
     """Example inputs by name (for tracing) and the output names of ``ExportedPolicy``."""
     size = policy.preprocessor.size
     inputs = {"obs": torch.zeros(batch, size, dtype=torch.float32)}
-    outputs = ["actions", "dist_inputs"]
+    parts = [part["output"] for part in action_outputs(policy)]
+    outputs = [*(parts or ["actions"]), "dist_inputs"]
     if policy.recurrent:
         model = policy.model
         inputs["state_in"] = torch.zeros(batch, model.state_rows, model.cell_size)
-        if policy.config.model.lstm_use_prev_action:
+        if policy.config.model.lstm_use_prev_action and policy.composite_actions is not None:
+            inputs["prev_actions"] = torch.zeros(batch, policy.composite_actions.width)
+        elif policy.config.model.lstm_use_prev_action:
             sample = np.asarray(policy.policy_action_space().sample())
             dtype = torch.int64 if sample.dtype.kind in "iu" else torch.float32
             inputs["prev_actions"] = torch.zeros(batch, *sample.shape, dtype=dtype)
@@ -121,11 +197,6 @@ def export_policy(
     missing exporter package."""
     if fmt not in FORMATS:
         raise ConfigError(f"export format {fmt!r} is not one of {', '.join(FORMATS)}")
-    if policy.composite_actions is not None:
-        raise ConfigError(
-            f"export: {type(policy.action_space).__name__} action spaces are not exported yet "
-            "(Discrete, Box, MultiDiscrete and MultiBinary are)"
-        )
     export_dir = Path(export_dir)
     export_dir.mkdir(parents=True, exist_ok=True)
     module = ExportedPolicy(policy, observation_filter).eval()
@@ -150,6 +221,8 @@ def export_policy(
         "deterministic": True,
         "source": source,
     }
+    if policy.composite_actions is not None:
+        manifest["action_parts"] = action_outputs(policy)
     (export_dir / "export.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return path
 

@@ -525,3 +525,24 @@ class NameTheSideEnv(gym.Env):
         reward = float(int(action) == self.side)
         self.t += 1
         return self._obs(), reward, self.t >= 5, False, {}
+
+
+class CompositeActionEnv(FixedLengthEnv):
+    """``FixedLengthEnv`` (reward 0) with a Dict or Tuple action space, by ``config["actions"]``:
+    ``"dict"`` (the default) ``Dict(move=Discrete(3, start=1), aim=Box(-2, 2, (2,)),
+    flags=MultiBinary(3))``, ``"nested"`` ``Tuple(Discrete(4), Dict(gear=MultiDiscrete([2, 3]),
+    speed=Box(-1, 1, (2, 2))))``. Asserts every action is in the space."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        if (config or {}).get("actions", "dict") == "nested":
+            inner = {"gear": spaces.MultiDiscrete([2, 3]), "speed": spaces.Box(-1, 1, (2, 2))}
+            self.action_space = spaces.Tuple((spaces.Discrete(4), spaces.Dict(inner)))
+        else:
+            self.action_space = spaces.Dict(
+                {
+                    "move": spaces.Discrete(3, start=1),
+                    "aim": spaces.Box(-2, 2, (2,)),
+                    "flags": spaces.MultiBinary(3),
+                }
+            )

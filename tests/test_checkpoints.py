@@ -344,6 +344,7 @@ def test_restore_no_filter_checkpoint_into_mean_std_filter_fails(tmp_path):
         spaces.Box(0, 255, (2, 3, 1), np.uint8),
         spaces.Discrete(5, start=-2),
         spaces.MultiDiscrete([[2, 3], [4, 5]]),
+        spaces.MultiDiscrete([3, 4], start=[-1, 2]),
         spaces.MultiBinary(3),
         spaces.MultiBinary([2, 2]),
         spaces.Dict(
@@ -356,6 +357,7 @@ def test_restore_no_filter_checkpoint_into_mean_std_filter_fails(tmp_path):
         "box-uint8",
         "discrete",
         "multidiscrete",
+        "multidiscrete-start",
         "multibinary",
         "multibinary-2d",
         "nested",

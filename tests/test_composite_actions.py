@@ -184,15 +184,6 @@ def test_what_cannot_take_composite_actions_fails_at_build(config, message):
         config.build()
 
 
-def test_export_of_composite_actions_says_it_is_not_supported(tmp_path):
-    algo = panel_ppo().build()
-    try:
-        with pytest.raises(ConfigError, match="Dict action spaces are not exported yet"):
-            algo.export_policy_model(str(tmp_path), onnx=18)
-    finally:
-        algo.stop()
-
-
 class SignedChoiceEnv(gym.Env):
     """``Discrete(3, start=-1)`` actions; reward 1 for -1; raises on an action outside the space."""
 

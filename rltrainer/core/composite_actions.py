@@ -51,6 +51,16 @@ def _columns(space: spaces.Space) -> int:
     return 1 if isinstance(space, spaces.Discrete) else int(math.prod(space.shape))
 
 
+def part_columns(parts: list[tuple[str, spaces.Space]]) -> list[slice]:
+    """Each part's columns in the action row (a Discrete part's one index, the others' flat
+    values), for ``action_parts(space)``."""
+    slices, start = [], 0
+    for _, part in parts:
+        slices.append(slice(start, start + _columns(part)))
+        start += _columns(part)
+    return slices
+
+
 class MultiAction:
     """Independent distributions over a composite action's parts (see the module doc);
     ``multi_action(space)`` makes the class for one space. RLlib's calls: ``sample()``,
@@ -147,6 +157,10 @@ class CompositeActions:
     ) -> None:
         self.space = space
         self.parts = action_parts(space)
+        self.columns = part_columns(self.parts)
+        """Per part: its columns in the row (a Discrete part's one index, the others' flat values)."""
+        self.width = self.columns[-1].stop
+        """Columns of a row: all the parts'."""
         self._normalized = []  # per part: a bounded Box acted in [-1, 1] (normalize_actions)
         for _, part in self.parts:
             bounded = (
@@ -172,12 +186,10 @@ class CompositeActions:
     def to_env(self, rows: np.ndarray, rescale: bool = True) -> Any:
         """``[B, columns]`` rows -> a dict/tuple of batched arrays in each part's dtype and shape;
         ``rescale=False`` leaves them in the distribution's terms (from 0, in [-1, 1])."""
-        values, start = [], 0
-        for (_, part), normalized in zip(self.parts, self._normalized, strict=True):
-            width = _columns(part)
-            columns = rows[:, start : start + width]
-            start += width
-            values.append(self._part_to_env(part, normalized, columns, rescale))
+        values = [
+            self._part_to_env(part, normalized, rows[:, columns], rescale)
+            for (_, part), normalized, columns in zip(self.parts, self._normalized, self.columns, strict=True)
+        ]
         return self._rebuild(iter(values))
 
     def _part_to_env(

@@ -26,7 +26,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rltrainer.core.composite_actions import action_parts, is_composite
+from rltrainer.core.composite_actions import action_parts, is_composite, part_columns
 from rltrainer.core.models import ACTIVATIONS, ModelV2Calls, input_dict_rows, mlp
 
 
@@ -132,12 +132,12 @@ class RecurrentActorCritic(ModelV2Calls, nn.Module):
         if not is_composite(self.action_space):
             return _encode_action(self.action_space, actions, rows, device)
         # A Dict/Tuple action's row: each part's columns, encoded as that part alone would be.
-        columns, start, parts = actions.reshape(rows, -1), 0, []
-        for _, part in action_parts(self.action_space):
-            width = 1 if isinstance(part, spaces.Discrete) else int(np.prod(part.shape))
-            parts.append(_encode_action(part, columns[:, start : start + width], rows, device))
-            start += width
-        return torch.cat(parts, dim=-1)
+        row, parts = actions.reshape(rows, -1), action_parts(self.action_space)
+        encoded = [
+            _encode_action(part, row[:, columns], rows, device)
+            for (_, part), columns in zip(parts, part_columns(parts), strict=True)
+        ]
+        return torch.cat(encoded, dim=-1)
 
     def _towers(self) -> list[tuple[nn.Module, nn.LSTM]]:
         """(encoder, LSTM) pairs: the policy's, then the value function's own if it has one."""

@@ -36,7 +36,10 @@ def space_to_json(space: spaces.Space) -> dict[str, Any]:
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
+        described = {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
+        if np.any(space.start != 0):  # written only when set: older files have no "start"
+            described["start"] = space.start.tolist()
+        return described
     if isinstance(space, spaces.MultiBinary):
         return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
     if isinstance(space, spaces.Dict):
@@ -58,7 +61,7 @@ def space_from_json(data: dict[str, Any]) -> spaces.Space:
         if kind == "Discrete":
             return spaces.Discrete(data["n"], start=data.get("start", 0))
         if kind == "MultiDiscrete":
-            return spaces.MultiDiscrete(data["nvec"])
+            return spaces.MultiDiscrete(data["nvec"], start=data.get("start"))
         if kind == "MultiBinary":
             return spaces.MultiBinary(data["n"])
         if kind == "Dict":
