@@ -29,7 +29,7 @@ demo: $(STAMP)
 
 # Two worker processes, whole files each (module fixtures such as a Ray instance stay in one).
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # End to end without a cluster (tests/e2e): the operator, real local Ray clusters played by the
 # local KubeRay, moto's S3, and the fault matrix. About 15 minutes on 2 cores; `make test` runs only

@@ -28,17 +28,26 @@ RLX_CRD = ROOT / "crds" / "rltrainer.io_rlexperiments.yaml"
 RAYCLUSTER_CRD = ROOT / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayclusters.yaml"
 
 
-#: Files holding the longest tests, collected first: under pytest-xdist each starts early on a
-#: worker instead of keeping one worker busy alone at the end (the others keep their order).
+#: The files that take longest (measured under ``make test``), longest first, collected in this
+#: order before the others: ``make test`` passes ``--no-loadscope-reorder`` so that pytest-xdist
+#: hands out files in this order (by default it starts with the files holding the most tests,
+#: which left the journey and the README for the end, one worker alone with them).
 LONG_FIRST = (
-    "test_readme.py",
     "test_journey.py",
-    "test_docs.py",
-    "test_learner_restarts.py",
-    "test_cql.py",
-    "test_sac.py",
-    "test_multi_agent.py",
+    "test_readme.py",
+    "test_distributed.py",
     "test_tune.py",
+    "test_learner_restarts.py",
+    "test_impala_appo.py",
+    "test_multi_agent.py",
+    "test_sac.py",
+    "test_cql.py",
+    "test_curriculum.py",
+    "test_handlers.py",
+    "test_apex.py",
+    "test_remote_worker_envs.py",
+    "test_docs.py",
+    "test_policy_server.py",
 )
 
 
@@ -59,21 +68,55 @@ def control_plane():
         yield plane
 
 
+@pytest.fixture(scope="session")
+def shared_ray_cluster():
+    """One local Ray cluster (a head node with 4 logical CPUs, on any machine) per test process,
+    which the modules that need Ray connect to in turn (``local_ray``). Starting an instance
+    takes 5-20 s on 2 busy cores; connecting takes a fraction of a second."""
+    import ray
+    from ray._private.authentication.authentication_token_setup import (
+        enable_token_auth_by_default,
+        ensure_token_if_auth_enabled,
+    )
+    from ray._private.utils import get_ray_address_file
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    # What a local ray.init() does first (Ray 2.60): token authentication, with a token in
+    # ~/.ray/auth_token, for this process and the processes it starts. Without it this cluster
+    # would run without authentication, and once a test had started a local instance (which turns
+    # token mode on in this process) the process's connections to this cluster would be refused.
+    enable_token_auth_by_default()
+    ensure_token_if_auth_enabled()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "include_dashboard": False})
+    # Cluster leaves its address where a bare ``ray.init()`` looks for one: remove it, so that
+    # such calls (Tune's, the CLI's in subprocesses) start their own instance as they would
+    # elsewhere instead of sharing these 4 CPUs with the module's own actors.
+    Path(get_ray_address_file(None)).unlink(missing_ok=True)
+    yield cluster
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster.shutdown()
+
+
 @pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray instance for one test module (4 logical CPUs on any machine), shut down
-    after it so that other modules (test_distributed's multi-node cluster) can start theirs.
-    Actors import test helpers (``tests.envs``) by module path."""
+def local_ray(shared_ray_cluster):
+    """Ray for one test module: a driver connection to the process's shared cluster, closed
+    after the module. Closing it ends the module's Ray job, which kills the job's actors and
+    removes its placement groups, so each module starts with all 4 CPUs free, as on a new
+    instance. Actors import test helpers (``tests.envs``) by module path."""
+    import time
+
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(
-        address="local",  # a new instance, never one another run on this machine started
-        num_cpus=4,
-        include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
-    )
+    ray.init(address=shared_ray_cluster.address, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    # The previous module's job is cleaned up asynchronously: wait until its CPUs are back.
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
     yield
     ray.shutdown()
 
