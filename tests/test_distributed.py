@@ -29,7 +29,7 @@ LEARNER = {"rltrainer_learner": 1}
 ROLLOUT = {"rltrainer_rollout": 1}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster():
     """Head: 1 CPU; learner node (2 CPUs, 2 rltrainer_learner); rollout node (2 CPUs, 4 rltrainer_rollout)."""
     local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
