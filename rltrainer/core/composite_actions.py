@@ -56,8 +56,9 @@ def part_columns(parts: list[tuple[str, spaces.Space]]) -> list[slice]:
     values), for ``action_parts(space)``."""
     slices, start = [], 0
     for _, part in parts:
-        slices.append(slice(start, start + _columns(part)))
-        start += _columns(part)
+        width = _columns(part)
+        slices.append(slice(start, start + width))
+        start += width
     return slices
 
 
