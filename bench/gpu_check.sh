@@ -20,7 +20,7 @@ python3 -c 'import torch, ray, gymnasium; print("torch", torch.__version__, "cud
 
 has() { [[ " $stages " == *" $1 "* ]]; }
 
-has tests && timeout 170 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 120 tests/test_devices.py tests/test_torch_compile.py 2>&1 |
+has tests && timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 120 tests/test_devices.py tests/test_torch_compile.py 2>&1 |
     tee "$out/tests.log" | tail -25
 
 run() { # name, then bench.atari's arguments

@@ -70,10 +70,11 @@ def control_plane():
 
 @pytest.fixture(scope="session")
 def shared_ray_cluster():
-    """One local Ray cluster (a head node with 4 logical CPUs, on any machine) per test process,
-    which the modules that need Ray connect to in turn (``local_ray``). Starting an instance
-    takes 5-20 s on 2 busy cores; connecting takes a fraction of a second."""
+    """One local Ray cluster (a head node with 4 logical CPUs, on any machine, and the GPUs torch
+    sees) per test process, which the modules that need Ray connect to in turn (``local_ray``).
+    Starting an instance takes 5-20 s on 2 busy cores; connecting takes a fraction of a second."""
     import ray
+    import torch
     from ray._private.authentication.authentication_token_setup import (
         enable_token_auth_by_default,
         ensure_token_if_auth_enabled,
@@ -89,7 +90,9 @@ def shared_ray_cluster():
     # token mode on in this process) the process's connections to this cluster would be refused.
     enable_token_auth_by_default()
     ensure_token_if_auth_enabled()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "include_dashboard": False})
+    # Cluster's nodes have no GPUs unless told (ray.init would detect them): the GPU tests need them.
+    head = {"num_cpus": 4, "num_gpus": torch.cuda.device_count(), "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     # Cluster leaves its address where a bare ``ray.init()`` looks for one: remove it, so that
     # such calls (Tune's, the CLI's in subprocesses) start their own instance as they would
     # elsewhere instead of sharing these 4 CPUs with the module's own actors.
