@@ -251,7 +251,7 @@ class Policy:
 
         A multi-agent checkpoint gives ``{policy id: Policy}`` (all, or ``policy_ids``), or with
         ``policy_id`` that one policy."""
-        from rltrainer.algorithms.registry import get_algorithm_class
+        from rltrainer.algorithms.registry import get_config_class
         from rltrainer.checkpoint_store import checkpoint_uri, open_checkpoint
         from rltrainer.core.filters import make_filter
         from rltrainer.env.spaces import space_from_json
@@ -260,9 +260,8 @@ class Policy:
         path = checkpoint_uri(checkpoint_path)
         with open_checkpoint(path, storage_options) as checkpoint:
             meta = checkpoint.metadata
-            algo_class = get_algorithm_class(meta["algorithm"])
             try:
-                config = algo_class.config_class.from_dict(meta["config"])
+                config = get_config_class(meta["algorithm"]).from_dict(meta["config"])
             except ConfigError as err:
                 raise CheckpointError(f"checkpoint {path!r} has an invalid config: {err}") from None
             if "policies" in meta:  # multi-agent: one file set per policy

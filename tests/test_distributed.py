@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -97,6 +98,12 @@ def test_actors_and_bundles_land_on_their_nodes(cluster, tmp_path):
     )
     algo = config.build()
     try:
+        # The actors took their policy class from the registry, not from the algorithm's module,
+        # which would have imported Ray Tune (0.7 s of each actor's start). Asked first, with a
+        # lambda (sent by value): a function of this module would import it, and Tune with it.
+        imports_tune = lambda *_: bool({"ray.tune", "rltrainer.algorithms.algorithm"} & set(sys.modules))  # noqa: E731
+        assert algo.workers.foreach_worker(imports_tune, local_worker=False) == [False] * 2
+        assert algo.learner_group.foreach_learner(imports_tune) == [False]
         table = ray.util.placement_group_table(algo._placement.group)
         # No bundle for the driver (this process): one learner bundle, then two env-runner ones.
         bundle_nodes = [table["bundles_to_node_id"][i] for i in range(len(table["bundles"]))]

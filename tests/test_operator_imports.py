@@ -184,3 +184,28 @@ def test_configs_import_without_torch_and_still_build_their_algorithm() -> None:
         assert PPO.result_keys() == PPOConfig.result_keys()  # one STAT_KEYS, the config's
     finally:
         algo.stop()
+
+
+def test_policies_load_without_their_algorithm_or_ray_tune() -> None:
+    """Env-runner and learner actors get their policy class from the registry: it is each
+    algorithm's ``policy_class``, and loading it imports neither the algorithm nor Ray Tune."""
+    code = textwrap.dedent(
+        """
+        import json, sys
+        from rltrainer.algorithms.registry import ALGORITHMS, get_config_class
+
+        policies = {name: get_config_class(name)().get_policy_class() for name in ALGORITHMS}
+        heavy = sorted({"ray.tune", "rltrainer.algorithms.algorithm"} & set(sys.modules))
+        paths = {name: f"{cls.__module__}:{cls.__qualname__}" for name, cls in policies.items()}
+        print(json.dumps({"policies": paths, "heavy": heavy}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    outcome = json.loads(done.stdout)
+    assert outcome["heavy"] == []
+    from rltrainer.algorithms.registry import get_algorithm_class
+    from rltrainer.policy import Policy
+
+    for name, path in outcome["policies"].items():
+        cls = getattr(get_algorithm_class(name), "policy_class", Policy)
+        assert path == f"{cls.__module__}:{cls.__qualname__}", name

@@ -5,17 +5,9 @@ from __future__ import annotations
 
 from rltrainer.algorithms.a2c.a2c_config import A2CConfig
 from rltrainer.algorithms.a2c.a2c_learner import A2CLearner
+from rltrainer.algorithms.a2c.a2c_policy import A2CPolicy
 from rltrainer.algorithms.algorithm import Algorithm
 from rltrainer.algorithms.ppo.ppo import PPO
-from rltrainer.policy import Policy
-
-
-class A2CPolicy(Policy):
-    """PPO's actor-critic network; without ``use_critic`` its value head is not used."""
-
-    @property
-    def has_value_function(self) -> bool:  # type: ignore[override]
-        return bool(self.config.use_critic)
 
 
 class A2C(Algorithm):

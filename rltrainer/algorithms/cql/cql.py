@@ -1,5 +1,5 @@
-"""CQL: SAC's policy and off-policy training step with CQL's learner (the config is in
-``cql_config``).
+"""CQL: SAC's off-policy training step with CQL's learner and policy (``cql_learner``,
+``cql_policy``; the config is in ``cql_config``).
 
 Trained from recorded data, ``.offline_data(input_=PATH, actions_in_input_normalized=True)``
 makes every env runner's ``sample()`` return recorded rows, which the off-policy training step
@@ -9,34 +9,10 @@ gradient steps each row read buys. With ``input_="sampler"`` it is SAC with the 
 
 from __future__ import annotations
 
-import torch
-from gymnasium import spaces
-from torch import nn
-
 from rltrainer.algorithms.cql.cql_config import CQLConfig
 from rltrainer.algorithms.cql.cql_learner import CQLLearner
-from rltrainer.algorithms.sac.sac import SAC, SACPolicy
-from rltrainer.algorithms.sac.sac_learner import SACModule
-from rltrainer.errors import ConfigError
-
-
-class CQLPolicy(SACPolicy):
-    """SAC's squashed-Gaussian actor and twin critics, for Box actions only; with
-    ``lagrangian`` the module also holds ``log_alpha_prime`` (so checkpoints store it)."""
-
-    def make_dist_class(self) -> type:
-        if not isinstance(self.action_space, spaces.Box):
-            raise ConfigError(
-                f"CQL here needs a Box action space, got {self.action_space}; for discrete actions "
-                "train from recorded data with DQN, BC or MARWIL"
-            )
-        return super().make_dist_class()
-
-    def make_model(self) -> SACModule:
-        module = super().make_model()
-        if self.config.lagrangian:
-            module.log_alpha_prime = nn.Parameter(torch.zeros((), dtype=torch.float32))  # alpha' = 1
-        return module
+from rltrainer.algorithms.cql.cql_policy import CQLPolicy
+from rltrainer.algorithms.sac.sac import SAC
 
 
 class CQL(SAC):

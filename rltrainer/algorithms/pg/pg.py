@@ -6,14 +6,8 @@ from __future__ import annotations
 from rltrainer.algorithms.algorithm import Algorithm
 from rltrainer.algorithms.pg.pg_config import PGConfig
 from rltrainer.algorithms.pg.pg_learner import PGLearner
+from rltrainer.algorithms.pg.pg_policy import PGPolicy
 from rltrainer.algorithms.ppo.ppo import PPO
-from rltrainer.policy import Policy
-
-
-class PGPolicy(Policy):
-    """PPO's network; its value head is never trained nor read (PG has no value function)."""
-
-    has_value_function = False
 
 
 class PG(Algorithm):
