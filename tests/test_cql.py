@@ -334,7 +334,7 @@ SAC_STEPS = 4_000
 @pytest.fixture(scope="module")
 def sac_replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 4,000 steps of tuned_examples/sac_pendulum.yaml (seed 0), every sampled step
-    recorded as it trained (RLlib's way of making CQL data; ~30 s on 2 cores). The SAC policy
+    recorded as it trained (RLlib's way of making CQL data; ~20 s on 2 cores). The SAC policy
     is far from solving Pendulum by then (smoothed return about -1000)."""
     tmp = tmp_path_factory.mktemp("sac")
     spec = yaml.safe_load((ROOT / "tuned_examples" / "sac_pendulum.yaml").read_text())["pendulum-sac"]
@@ -348,7 +348,7 @@ def sac_replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_cql_learns_pendulum_from_recorded_sac_data(tmp_path, sac_replay):
     """The tuned example's settings on the SAC replay above: the greedy evaluation reaches -300
-    after 14 iterations (3,500 gradient steps; about 40 s on 2 cores), within a budget of 24."""
+    after 14 iterations (3,500 gradient steps; about 20 s on 2 cores), within a budget of 24."""
     spec = yaml.safe_load((ROOT / "tuned_examples" / "cql_pendulum.yaml").read_text())["pendulum-cql"]
     config = CQLConfig().update_from_dict({**spec["config"], "env": "Pendulum-v1", "input": str(sac_replay)})
     started = time.perf_counter()

@@ -33,12 +33,15 @@ ROLLOUT = {"rltrainer_rollout": 1}
 @pytest.fixture(scope="module")
 def cluster():
     """Head: 1 CPU; learner node (2 CPUs, 2 rltrainer_learner); rollout node (2 CPUs, 4 rltrainer_rollout)."""
-    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    learner_node = local.add_node(num_cpus=2, resources={"rltrainer_learner": 2})
-    rollout_node = local.add_node(num_cpus=2, resources={"rltrainer_rollout": 4})
+    # Actors import test helpers (tests.envs) by module path: the nodes' processes inherit this
+    # PYTHONPATH (cheaper than a job runtime_env: see conftest.shared_ray_cluster).
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        learner_node = local.add_node(num_cpus=2, resources={"rltrainer_learner": 2})
+        rollout_node = local.add_node(num_cpus=2, resources={"rltrainer_rollout": 4})
     local.wait_for_nodes()
-    # Actors import test helpers (tests.envs) by module path.
-    ray.init(address=local.address, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    ray.init(address=local.address)
     yield {"learner": learner_node.node_id, "rollout": rollout_node.node_id}
     ray.shutdown()
     local.shutdown()

@@ -17,6 +17,7 @@ import pytest
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.env.env_runner import EnvRunner, Rollout
 from rltrainer.errors import ConfigError
+from rltrainer.offline import output_writer
 from rltrainer.offline.output_writer import COLUMNS, OutputWriter
 
 
@@ -107,6 +108,27 @@ def test_parquet_files_roll_over_and_hold_every_sampled_step(tmp_path: Path) -> 
     ended = rows[rows.terminateds | rows.truncateds]
     assert len(ended) == result["episodes_total"]
     assert rows.obs.iloc[0].dtype == np.float32 and rows.actions.dtype == np.int64
+
+
+def test_one_step_fragments_share_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fragments are buffered into row groups of ``ROW_GROUP_BYTES`` (SAC samples one step at a
+    time: a row group each cost ~1.7 KB of metadata per row)."""
+    writer = OutputWriter(str(tmp_path), num_envs=1)
+    for step in range(300):
+        writer.write(rollout(step, valid=[[1]], terminated=[[step % 100 == 99]]))
+    monkeypatch.setattr(output_writer, "ROW_GROUP_BYTES", 2000)  # the next file: 44-row groups
+    writer.set_path(str(tmp_path / "small_groups"))
+    for step in range(300):
+        writer.write(rollout(step, valid=[[1]], terminated=[[False]]))
+    writer.close()
+    (one,) = tmp_path.glob("*.parquet")
+    (several,) = (tmp_path / "small_groups").glob("*.parquet")
+    assert pq.ParquetFile(one).metadata.num_row_groups == 1 and pq.read_table(one).num_rows == 300
+    assert one.stat().st_size < 10_000  # a row group per step: ~500 KB
+    metadata = pq.ParquetFile(several).metadata
+    groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert groups == [44] * 6 + [36], groups  # each full group holds >= 2,000 bytes of rows
+    assert pq.read_table(several).column("t").to_pylist() == list(range(300))  # in order
 
 
 def test_json_lines_to_logdir(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ stay in step order, and each row carries its episode's id and its index ``t`` in
 episode, which the writer keeps per env across fragments (from the done flags and valid
 mask alone), so episodes that span fragments keep one id.
 
-Files are Parquet (one row group per fragment) or JSON lines, named
+Files are Parquet (fragments buffered into row groups of ~8 MB) or JSON lines, named
 ``output-<time>_worker-<index>_<token>_<number>.parquet`` (``.jsonl``), and roll over to a new
 file once one holds ``output_max_file_size`` bytes. A file gets its name when it is complete
 (rolled over, or the runner stopped): until then it is written under a hidden name (a leading
@@ -281,8 +281,15 @@ def _flat_rows(values: np.ndarray) -> np.ndarray:
     return values if values.ndim == 1 else values.reshape(len(values), int(np.prod(values.shape[1:])))
 
 
+#: Fragments are buffered into row groups of about this many (uncompressed) bytes. A row group
+#: per fragment cost ~1.7 KB of metadata per group: SAC's one-step fragments made a 4,000-step
+#: Pendulum file 7 MB instead of 0.2 MB, and 6x slower to read.
+ROW_GROUP_BYTES = 8 * 1024 * 1024
+
+
 class _ParquetFile:
-    """One Parquet file being written: a row group per fragment."""
+    """One Parquet file being written: fragments buffered into row groups of about
+    ``ROW_GROUP_BYTES`` (the file is not readable before ``close()`` writes its footer anyway)."""
 
     def __init__(self, folder: Path, name: str, compression: str | None) -> None:
         import pyarrow as pa
@@ -292,16 +299,30 @@ class _ParquetFile:
         self.folder, self.name, self.compression = folder, name, compression
         self._sink = pa.OSFile(str(folder / f".{name}"), "wb")
         self._writer: Any = None
+        self._buffered: list[Any] = []  # tables not written yet
+        self._buffered_bytes = 0
 
     @property
     def size(self) -> int:
-        return self._sink.tell()
+        """Bytes written, and buffered (uncompressed) for the next row group."""
+        return self._sink.tell() + self._buffered_bytes
 
     def write(self, columns: dict[str, np.ndarray]) -> None:
         table = self._pa.table({name: self._array(values) for name, values in columns.items()})
+        self._buffered.append(table)
+        self._buffered_bytes += table.nbytes
+        if self._buffered_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the buffered fragments as one row group."""
+        if not self._buffered:
+            return
+        table = self._pa.concat_tables(self._buffered)
         if self._writer is None:
             self._writer = self._pq.ParquetWriter(self._sink, table.schema, compression=self.compression)
-        self._writer.write_table(table)
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self._buffered, self._buffered_bytes = [], 0
 
     def _array(self, values: np.ndarray) -> Any:
         if values.ndim == 1:
@@ -309,6 +330,7 @@ class _ParquetFile:
         return self._pa.FixedSizeListArray.from_arrays(self._pa.array(values.ravel()), values.shape[1])
 
     def close(self) -> Path:
+        self._flush()
         if self._writer is not None:
             self._writer.close()
         self._sink.close()
