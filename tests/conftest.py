@@ -82,6 +82,8 @@ def shared_ray_cluster():
     from ray._private.utils import get_ray_address_file
     from ray.cluster_utils import Cluster
 
+    from tests.ray_clusters import checkout_on_pythonpath
+
     if ray.is_initialized():
         ray.shutdown()
     # What a local ray.init() does first (Ray 2.60): token authentication, with a token in
@@ -92,11 +94,7 @@ def shared_ray_cluster():
     ensure_token_if_auth_enabled()
     # Cluster's nodes have no GPUs unless told (ray.init would detect them): the GPU tests need them.
     head = {"num_cpus": 4, "num_gpus": torch.cuda.device_count(), "include_dashboard": False}
-    # Actors import test helpers (``tests.envs``) by module path: the raylet, and the workers it
-    # starts, inherit this PYTHONPATH. (A job runtime_env with it would start every worker
-    # through Ray's setup_worker.py first: ~0.5 s more CPU per actor.)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    with checkout_on_pythonpath():
         cluster = Cluster(initialize_head=True, head_node_args=head)
     # Cluster leaves its address where a bare ``ray.init()`` looks for one: remove it, so that
     # such calls (Tune's, the CLI's in subprocesses) start their own instance as they would

@@ -24,6 +24,7 @@ from rltrainer.algorithms import Algorithm
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.env import register_env
 from rltrainer.errors import ConfigError, ResourceError, WorkerError
+from tests.ray_clusters import checkout_on_pythonpath
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARNER = {"rltrainer_learner": 1}
@@ -33,10 +34,7 @@ ROLLOUT = {"rltrainer_rollout": 1}
 @pytest.fixture(scope="module")
 def cluster():
     """Head: 1 CPU; learner node (2 CPUs, 2 rltrainer_learner); rollout node (2 CPUs, 4 rltrainer_rollout)."""
-    # Actors import test helpers (tests.envs) by module path: the nodes' processes inherit this
-    # PYTHONPATH (cheaper than a job runtime_env: see conftest.shared_ray_cluster).
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    with checkout_on_pythonpath():
         local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
         learner_node = local.add_node(num_cpus=2, resources={"rltrainer_learner": 2})
         rollout_node = local.add_node(num_cpus=2, resources={"rltrainer_rollout": 4})
