@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -28,9 +30,35 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+#: CPU features that decide how fast torch's CPU kernels run, best first (oneDNN picks its
+#: convolutions by them: Pong's learner is ~2x faster with AVX-512 than with AVX2 alone).
+VECTOR_ISAS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "avx")
+
+
+def machine() -> dict[str, Any]:
+    """What a figure was measured on: the CPU's model, its cores and best vector instructions
+    (Linux's /proc/cpuinfo), and ``ONEDNN_MAX_CPU_ISA`` when set (it caps what oneDNN uses)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass
+    best = next((isa for isa in VECTOR_ISAS if isa in flags), None)
+    found = {"cpu": model, "cores": os.cpu_count(), "isa": best}
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        found["onednn_max_cpu_isa"] = os.environ["ONEDNN_MAX_CPU_ISA"]
+    return found
+
+
 def print_json_line(figures: dict[str, Any]) -> None:
-    """The last line of every benchmark: its figures as one JSON object."""
-    print(json.dumps(figures, sort_keys=True))
+    """The last line of every benchmark: its figures as one JSON object, with the ``machine``."""
+    print(json.dumps({**figures, "machine": machine()}, sort_keys=True))
 
 
 def run_seed(command: list[str], seed: int, env: dict[str, str] | None = None) -> dict[str, Any]:
