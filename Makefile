@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean crds images e2e
+.PHONY: install demo test lint bench clean crds images e2e system-deps
 
 install: $(STAMP)
 
@@ -15,6 +15,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install torch==2.13.0
 	$(BIN)/pip install -e ".[dev]"
 	touch $(STAMP)
+
+# Debian packages the suite needs beyond Python (tests/system-packages.txt): installed with apt-get
+# when missing and this runs as root (CI, a fresh machine); otherwise named, and the tests that need
+# them skip saying so.
+SYSTEM_PACKAGES := $(shell sed -e 's/\#.*//' tests/system-packages.txt)
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else \
+		echo "missing Debian packages (tests that need them skip): $$missing"; \
+	fi
 
 DEMO_DIR := .demo_results
 
@@ -31,7 +45,7 @@ demo: $(STAMP)
 # Byte-compiled first: pip compiles the dependencies but not this checkout, and where
 # PYTHONDONTWRITEBYTECODE is set no process writes the .pyc files, so each of the suite's ~500
 # processes (Ray actors, CLI runs) compiled the modules it imports again (~0.2 s each).
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(BIN)/python -m compileall -q -j 0 rltrainer operator/rltrainer_operator tests bench
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
