@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean crds images e2e system-deps
+.PHONY: install demo test lint bench clean crds images base-image e2e system-deps
 
 install: $(STAMP)
 
@@ -66,15 +66,46 @@ crds: $(STAMP)
 	$(BIN)/python -m rltrainer_operator.crd
 	$(BIN)/python -m rltrainer_operator.crd --output charts/rltrainer-operator/crds/rltrainer.io_rlexperiments.yaml
 
-# Container images (images/*/Dockerfile, built from the repository root). No container engine
-# runs here: this prints the build commands; run them with `make -s images | sh`.
+# Container images (images/*/Dockerfile, built from the repository root) with podman where it is
+# installed, else docker. BASE_IMAGE: the Dockerfiles' public python:3.11 slim image, except where
+# mmdebstrap is installed and no BASE_IMAGE is given: there a local Debian bookworm base with
+# Python 3.11 (`make base-image`, built once and cached by the engine), for machines that reach
+# package registries but no image registry. TORCH_WHEELS: a folder holding the torch wheel to
+# install (pip's own find-links folder by default, when it has one), mounted into the build.
+# REQUESTS_CA_BUNDLE: the CA bundle pip verifies with inside the build (pip's cert setting here).
 IMAGE_REGISTRY ?= ghcr.io/rltrainer
 IMAGE_VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-DOCKER ?= docker
-images:
-	@echo "$(DOCKER) build -f images/operator/Dockerfile --build-arg VERSION=$(IMAGE_VERSION) -t $(IMAGE_REGISTRY)/operator:$(IMAGE_VERSION) ."
-	@echo "$(DOCKER) build -f images/trainer/Dockerfile --build-arg VERSION=$(IMAGE_VERSION) --build-arg VARIANT=cpu -t $(IMAGE_REGISTRY)/trainer:$(IMAGE_VERSION)-cpu ."
-	@echo "$(DOCKER) build -f images/trainer/Dockerfile --build-arg VERSION=$(IMAGE_VERSION) --build-arg VARIANT=gpu -t $(IMAGE_REGISTRY)/trainer:$(IMAGE_VERSION)-gpu ."
+TORCH_VERSION := $(shell sed -n 's/.*pip install torch==\([0-9.]*\).*/\1/p' Makefile | head -n 1)
+CONTAINER_ENGINE ?= $(if $(shell command -v podman),podman,docker)
+LOCAL_BASE_IMAGE := localhost/rltrainer-base:bookworm
+BASE_IMAGE ?= $(if $(shell command -v mmdebstrap),$(LOCAL_BASE_IMAGE))
+TRAINER_VARIANTS ?= cpu
+TORCH_WHEELS ?= $(PIP_FIND_LINKS)
+REQUESTS_CA_BUNDLE ?= $(PIP_CERT)
+# podman here: runc, and no ulimits raised (this kind of machine refuses them; images/containers.conf).
+export CONTAINERS_CONF ?= $(CURDIR)/images/containers.conf
+# Build-time mounts (-v) are podman's; with docker, pip downloads torch and verifies with its own CAs.
+PODMAN := $(filter podman,$(notdir $(CONTAINER_ENGINE)))
+TORCH_WHEEL := $(firstword $(wildcard $(TORCH_WHEELS)/torch-$(TORCH_VERSION)+cpu-*.whl))
+BUILD := $(CONTAINER_ENGINE) build --network host \
+	$(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) \
+	$(if $(and $(PODMAN),$(REQUESTS_CA_BUNDLE)),-v $(REQUESTS_CA_BUNDLE):/run/pip-ca.crt:ro --build-arg REQUESTS_CA_BUNDLE=/run/pip-ca.crt) \
+	--build-arg VERSION=$(IMAGE_VERSION)
+
+images: $(if $(filter $(LOCAL_BASE_IMAGE),$(BASE_IMAGE)),base-image)
+	$(BUILD) -f images/operator/Dockerfile -t $(IMAGE_REGISTRY)/operator:$(IMAGE_VERSION) .
+	$(foreach variant,$(TRAINER_VARIANTS),$(BUILD) -f images/trainer/Dockerfile --build-arg VARIANT=$(variant) \
+		$(if $(and $(PODMAN),$(TORCH_WHEEL),$(filter cpu,$(variant))),-v $(dir $(TORCH_WHEEL)):/wheels:ro --build-arg TORCH_PIP_ARGS=--find-links=/wheels) \
+		-t $(IMAGE_REGISTRY)/trainer:$(IMAGE_VERSION)-$(variant) . &&) true
+
+# The local base: Debian bookworm (minbase) with Python 3.11, venv and CA certificates, made with
+# mmdebstrap from this machine's apt sources; built once, then the engine's copy is used.
+base-image:
+	@$(CONTAINER_ENGINE) image exists $(LOCAL_BASE_IMAGE) 2>/dev/null || { \
+		tmp=$$(mktemp -d) && \
+		mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates,passwd \
+			bookworm $$tmp/base.tar && \
+		$(CONTAINER_ENGINE) import -q $$tmp/base.tar $(LOCAL_BASE_IMAGE) && rm -rf $$tmp; }
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(DEMO_DIR)

@@ -224,6 +224,8 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
+                # A node's kubelet (testing.node) listens on its InternalIP, a loopback address.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--profiling=false",
                 f"--audit-policy-file={policy}",
                 f"--audit-log-path={self.audit_log}",
@@ -258,8 +260,12 @@ class ControlPlane:
                 f"--cluster-signing-cert-file={pki / 'ca.crt'}",
                 f"--cluster-signing-key-file={pki / 'ca.key'}",
                 # The garbage collector and the namespace controller are what tests need (and
-                # service accounts, for tokens); a quick resync keeps deletions prompt.
-                "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token",
+                # service accounts, for tokens); with a node (testing.node), Deployments run
+                # (the chart's operator) and Pods mount their service-account token with the
+                # cluster's CA (kube-root-ca.crt), and a Ready node loses its not-ready taint. A quick
+                # resync keeps deletions prompt.
+                "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
+                "deployment,replicaset,root-ca-cert-publisher,nodelifecycle",
                 "--namespace-sync-period=10s",
                 "--v=0",
             ],

@@ -1,0 +1,509 @@
+"""A real worker node for the test control plane: containerd + runc, the kubelet and the scheduler.
+
+``ControlPlane`` (``envtest``) stores and reconciles objects; a ``Node`` runs them: the real kubelet
+and kube-scheduler (Kubernetes v1.32, from ``NODE_ASSETS`` or ``../shared/envtest/node/setup``),
+containerd and runc from Debian, and CNI bridge networking, so Pods run as containers on this
+machine from images built here (nothing is pulled: images are imported with ``import_image``).
+
+Each node has its own state folder, free 127.0.0.1 ports and its own pod network (a /24 of
+10.244.0.0/16 on a bridge of its own, reserved with a lock file so that concurrent test sessions
+never share one); ``stop()`` ends exactly what ``start()`` began: the kubelet, the scheduler, every
+container and sandbox in its containerd, containerd, the network namespaces and mounts its pods
+left, and the bridge. What the host must refuse is worked around as the node README says:
+containerd never lowers ``oom_score_adj`` (``restrict_oom_score_adj``), and podman builds with
+runc and no ulimits (``images/containers.conf``).
+
+    with ControlPlane(assets) as plane, Node(plane, node_assets) as node:
+        node.import_image("ghcr.io/rltrainer/operator:0.1.0")
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rltrainer_operator.testing.envtest import (
+    REPO,
+    SHARED_ENVTEST,
+    ControlPlane,
+    ControlPlaneError,
+    free_port,
+)
+
+#: The Debian packages a node needs (tests/system-packages.txt lists them for `make system-deps`).
+NODE_PACKAGES = "containerd runc containernetworking-plugins podman busybox-static iptables"
+#: What must be on this machine, and the package that brings each.
+NODE_TOOLS = {
+    "containerd": "containerd",
+    "ctr": "containerd",
+    "runc": "runc",
+    "podman": "podman",
+    "/usr/lib/cni/bridge": "containernetworking-plugins",
+    "/bin/busybox": "busybox-static",
+    "iptables": "iptables",
+}
+#: The sandbox ("pause") image containerd 1.6 asks for; made here from busybox (no registry).
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+#: podman's settings for this kind of machine (runc, no ulimits raised).
+CONTAINERS_CONF = REPO / "images" / "containers.conf"
+NETNS_DIR = Path("/var/run/netns")
+
+
+def find_node_assets() -> Path | None:
+    """The folder with ``kubelet`` and ``kube-scheduler``, or None when there is none to be had."""
+    configured = os.environ.get("NODE_ASSETS")
+    if configured:
+        folder = Path(configured)
+        return folder if (folder / "kubelet").exists() and (folder / "kube-scheduler").exists() else None
+    setup = SHARED_ENVTEST / "node" / "setup"
+    if not setup.exists():
+        return None
+    done = subprocess.run([str(setup)], capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{setup} failed: {done.stderr.strip()}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def missing_node_requirements() -> str | None:
+    """One line naming what this machine lacks to run a node (None: nothing)."""
+    if os.geteuid() != 0:
+        return "a Kubernetes node needs root (containerd, runc, network namespaces)"
+    missing = sorted({pkg for tool, pkg in NODE_TOOLS.items() if not _exists(tool)})
+    if missing:
+        return f"no Kubernetes node: missing Debian packages {' '.join(missing)} (`make system-deps` as root)"
+    if find_node_assets() is None:
+        return (
+            "no kubelet/kube-scheduler: set NODE_ASSETS to a folder with both, "
+            f"or provide {SHARED_ENVTEST / 'node'}"
+        )
+    return None
+
+
+def podman_env() -> dict[str, str]:
+    """The environment podman runs with here (CONTAINERS_CONF as `make images` sets it)."""
+    return {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(CONTAINERS_CONF))}
+
+
+class Node:
+    """One kubelet (with its containerd) registered with ``plane``, and the scheduler when
+    ``scheduler`` is true (one per cluster); a context manager.
+
+    ``name`` is the Node object's name and ``address`` its InternalIP, where the API server
+    reaches the kubelet (logs, exec) and where ``hostNetwork`` Pods listen.
+    ``capacity``: extended resources to advertise (``{"nvidia.com/gpu": "1"}``: the scheduler
+    places GPU requests there; no device exists). ``labels`` and ``taints`` are the kubelet's
+    ``--node-labels`` and ``--register-with-taints``. ``image_store``: a folder for containerd's
+    content and snapshots that outlives the node (imported images stay imported), used only while
+    this node holds its lock; None, or a store another node holds: one inside ``root``.
+    """
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        assets: Path,
+        *,
+        name: str = "localhost",
+        address: str = "127.0.0.1",
+        scheduler: bool = True,
+        capacity: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        taints: list[str] | None = None,
+        root: Path | None = None,
+        image_store: Path | None = None,
+        ready_timeout_s: float = 120.0,
+    ) -> None:
+        self.plane = plane
+        self.assets = Path(assets)
+        self.name = name
+        self.address = address
+        self.with_scheduler = scheduler
+        self.capacity = dict(capacity or {})
+        self.labels = dict(labels or {})
+        self.taints = list(taints or [])
+        self.ready_timeout_s = ready_timeout_s
+        self._own_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix=f"node-{name}-") if root is None else root)
+        self.socket = self.root / "containerd.sock"
+        self.pod_cidr = ""
+        self.bridge = ""
+        self.gateway = ""
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._lock: Any = None
+        self._store_lock: Any = None
+        self._netns_before: set[str] = set()
+        self.image_store = self._take_store(image_store) or self.root / "containerd-root"
+
+    # ---------------------------------------------------------------------------------- life cycle
+
+    def start(self) -> Node:
+        started = time.monotonic()
+        try:
+            (self.root / "logs").mkdir(parents=True, exist_ok=True)
+            self._reserve_network()
+            self._netns_before = _netns()
+            self._start_containerd()
+            self._ensure_pause_image()
+            if self.with_scheduler:
+                self._start_scheduler()
+            self._start_kubelet()
+            self._wait_ready()
+            if self.capacity:
+                self._advertise(self.capacity)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        """Stop what ``start`` began, newest first; then the node's files (when it made them)."""
+        for name in ("kubelet", "kube-scheduler"):
+            self._end(name)
+        if "containerd" in self._procs:
+            self._remove_containers()
+        self._end("containerd")
+        self._remove_leftovers()
+        for lock in (self._lock, self._store_lock):
+            if lock is not None:
+                lock.close()
+        self._lock = self._store_lock = None
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Node:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -------------------------------------------------------------------------------------- images
+
+    def import_image(self, ref: str, timeout_s: float = 600.0) -> None:
+        """Copy ``ref`` from podman's storage into this node's containerd (its ``k8s.io``
+        namespace, where the kubelet looks), unless the same image is there already."""
+        image_id = _run(["podman", "image", "inspect", "--format", "{{.Id}}", ref], env=podman_env()).strip()
+        marker = (
+            self.image_store.parent
+            / f"{self.image_store.name}.imported"
+            / ref.replace("/", "_").replace(":", "_")
+        )
+        if marker.exists() and marker.read_text() == image_id and ref in self.images():
+            return
+        with tempfile.TemporaryDirectory(dir=self.root) as tmp:
+            archive = Path(tmp) / "image.tar"
+            _run(
+                ["podman", "save", "-q", "--format", "oci-archive", "-o", str(archive), ref],
+                env=podman_env(),
+                timeout=timeout_s,
+            )
+            # An OCI archive from podman names its image in the index annotation; ctr keeps the name.
+            self.ctr(
+                "images", "import", "--base-name", ref.rsplit(":", 1)[0], str(archive), timeout=timeout_s
+            )
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(image_id)
+
+    def images(self) -> list[str]:
+        return self.ctr("images", "ls", "-q").split()
+
+    def ctr(self, *args: str, timeout: float = 120.0) -> str:
+        """``ctr`` against this node's containerd, in the kubelet's ``k8s.io`` namespace."""
+        return _run(["ctr", "--address", str(self.socket), "-n", "k8s.io", *args], timeout=timeout)
+
+    # ------------------------------------------------------------------------------------ processes
+
+    def _launch(self, name: str, args: list[str]) -> None:
+        log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
+        try:
+            self._procs[name] = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        finally:
+            log.close()
+
+    def _end(self, name: str) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        try:
+            text = (self.root / "logs" / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _wait(self, name: str, ready: Any, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._procs[name].poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited ({self._procs[name].returncode}):\n{self.log_tail(name)}"
+                )
+            if ready():
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{name} not ready after {timeout_s:.0f}s:\n{self.log_tail(name)}")
+
+    def _reserve_network(self) -> None:
+        """The first /24 of 10.244.0.0/16 whose lock this process can take and that no route uses."""
+        routes = _run(["ip", "-o", "route"])
+        for k in range(256):
+            lock = open(f"/tmp/rltrainer-node-net-{k}.lock", "w")  # noqa: SIM115 - held while the node lives
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock.close()
+                continue
+            if f"10.244.{k}.0/24" in routes:
+                lock.close()
+                continue
+            self._lock, self.pod_cidr, self.bridge = lock, f"10.244.{k}.0/24", f"rltnode{k}"
+            self.gateway = f"10.244.{k}.1"
+            return
+        raise ControlPlaneError("no free pod network in 10.244.0.0/16")
+
+    def _start_containerd(self) -> None:
+        (self.root / "cni").mkdir(exist_ok=True)
+        runc = shutil.which("runc")
+        config = f"""version = 2
+root = "{self.image_store}"
+state = "{self.root}/containerd-state"
+[grpc]
+  address = "{self.socket}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{runc}"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{self.root}/cni"
+"""
+        (self.root / "containerd.toml").write_text(config)
+        network = {
+            "cniVersion": "1.0.0",
+            "name": f"rltrainer-{self.bridge}",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": self.bridge,
+                    "isGateway": True,
+                    "ipMasq": False,  # nothing is routed out of this machine
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": self.pod_cidr}]],
+                        "dataDir": str(self.root / "cni-ipam"),
+                    },
+                },
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+                {"type": "loopback"},
+            ],
+        }
+        (self.root / "cni" / "10-bridge.conflist").write_text(json.dumps(network))
+        self._launch("containerd", ["containerd", "--config", str(self.root / "containerd.toml")])
+        self._wait("containerd", lambda: _ok(["ctr", "--address", str(self.socket), "version"]), 60)
+        self._remove_containers()  # a kept store may hold those of a run that was killed
+
+    def _take_store(self, store: Path | None) -> Path | None:
+        if store is None:
+            return None
+        store.mkdir(parents=True, exist_ok=True)
+        lock = open(store.parent / f"{store.name}.lock", "w")  # noqa: SIM115 - held while the node lives
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            return None
+        self._store_lock = lock
+        return store
+
+    def _ensure_pause_image(self) -> None:
+        """The sandbox image: busybox sleeping forever, tagged as the pause image containerd wants."""
+        if PAUSE_IMAGE in self.images():
+            return
+        with tempfile.TemporaryDirectory(dir=self.root) as tmp:
+            rootfs = Path(tmp) / "root"
+            (rootfs / "bin").mkdir(parents=True)
+            shutil.copy2("/bin/busybox", rootfs / "bin" / "busybox")
+            for tool in ("sleep", "sh"):
+                (rootfs / "bin" / tool).symlink_to("busybox")
+            _run(["tar", "-C", str(rootfs), "-cf", f"{tmp}/root.tar", "."])
+            env = podman_env()
+            _run(
+                [
+                    "podman",
+                    "import",
+                    "-q",
+                    "--change",
+                    'CMD ["/bin/sleep","2147483647"]',
+                    f"{tmp}/root.tar",
+                    PAUSE_IMAGE,
+                ],
+                env=env,
+            )
+            _run(
+                ["podman", "save", "-q", "--format", "oci-archive", "-o", f"{tmp}/pause.tar", PAUSE_IMAGE],
+                env=env,
+            )
+            self.ctr("images", "import", "--base-name", PAUSE_IMAGE.rsplit(":", 1)[0], f"{tmp}/pause.tar")
+
+    def _start_scheduler(self) -> None:
+        port = free_port()
+        self._launch(
+            "kube-scheduler",
+            [
+                str(self.assets / "kube-scheduler"),
+                f"--kubeconfig={self.plane.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+            ],
+        )
+
+    def _start_kubelet(self) -> None:
+        port, healthz = free_port(), free_port()
+        self.kubelet_port, self._healthz = port, healthz
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": self.address,
+            "port": port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": healthz,
+            # Its API answers on this machine's loopback only; the API server is its one client.
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "cgroupDriver": "cgroupfs",
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": False,
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "staticPodPath": str(self.root / "static-pods"),
+            "resolvConf": "/etc/resolv.conf",
+            "evictionHard": {
+                "memory.available": "100Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+            },
+            "imageGCHighThresholdPercent": 100,
+            "localStorageCapacityIsolation": False,
+        }
+        (self.root / "static-pods").mkdir(exist_ok=True)
+        (self.root / "kubelet.yaml").write_text(json.dumps(config))
+        args = [
+            str(self.assets / "kubelet"),
+            f"--config={self.root / 'kubelet.yaml'}",
+            f"--kubeconfig={self.plane.kubeconfig}",
+            f"--root-dir={self.root / 'kubelet'}",
+            f"--hostname-override={self.name}",
+            f"--node-ip={self.address}",
+            "--v=1",
+        ]
+        if self.labels:
+            args.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in self.labels.items()))
+        if self.taints:
+            args.append("--register-with-taints=" + ",".join(self.taints))
+        self._launch("kubelet", args)
+
+    def _wait_ready(self) -> None:
+        def ready() -> bool:
+            done = self.plane.kubectl_run(
+                "get",
+                "node",
+                self.name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+                check=False,
+            )
+            return done.stdout.strip() == "True"
+
+        self._wait("kubelet", ready, self.ready_timeout_s)
+
+    def _advertise(self, capacity: dict[str, str]) -> None:
+        """Extended resources in the node's status (what a device plugin would report)."""
+        patch = {"status": {"capacity": capacity}}
+        self.plane.kubectl_run(
+            "patch", "node", self.name, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+        )
+
+    # ------------------------------------------------------------------------------------- cleanup
+
+    def _remove_containers(self) -> None:
+        """Every task killed and every container deleted in this node's containerd."""
+        for task in self._quiet_ctr("tasks", "ls", "-q"):
+            self._quiet_ctr("tasks", "kill", "-s", "SIGKILL", task)
+        deadline = time.monotonic() + 10
+        while self._quiet_ctr("tasks", "ls", "-q") and time.monotonic() < deadline:
+            for task in self._quiet_ctr("tasks", "ls", "-q"):
+                self._quiet_ctr("tasks", "delete", "-f", task)
+            time.sleep(0.2)
+        for container in self._quiet_ctr("containers", "ls", "-q"):
+            self._quiet_ctr("containers", "delete", container)
+
+    def _quiet_ctr(self, *args: str) -> list[str]:
+        done = subprocess.run(
+            ["ctr", "--address", str(self.socket), "-n", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return done.stdout.split() if done.returncode == 0 else []
+
+    def _remove_leftovers(self) -> None:
+        """The kubelet's volume mounts, the sandboxes' network namespaces and the bridge."""
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+        for name in _netns() - self._netns_before:
+            if name.startswith("cni-"):
+                subprocess.run(["umount", "-l", str(NETNS_DIR / name)], capture_output=True, check=False)
+                (NETNS_DIR / name).unlink(missing_ok=True)
+        if self.bridge:
+            subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
+
+
+def _exists(tool: str) -> bool:
+    return os.access(tool, os.X_OK) if tool.startswith("/") else shutil.which(tool) is not None
+
+
+def _netns() -> set[str]:
+    try:
+        return {entry.name for entry in NETNS_DIR.iterdir()}
+    except OSError:
+        return set()
+
+
+def _ok(args: list[str]) -> bool:
+    return subprocess.run(args, capture_output=True, timeout=10, check=False).returncode == 0
+
+
+def _run(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 120.0) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(
+            f"{' '.join(args[:4])} ... failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+        )
+    return done.stdout
