@@ -84,6 +84,8 @@ PATH_ALIASES: dict[str, str] = {
     # RLlib 1.x: a schedule replaced the constant (it wins over ``lr`` in the same dict).
     "lr_schedule": "lr",
     "entropy_coeff_schedule": "entropy_coeff",
+    # RLlib 1.x: the off-policy estimators by name (``[is, wis]``; ``[]``: none).
+    "input_evaluation": "off_policy_estimation_methods",
     "multiagent.policies": "policies",
     "multiagent.policy_mapping_fn": "policy_mapping_fn",
     "multiagent.policies_to_train": "policies_to_train",
@@ -125,6 +127,7 @@ NO_EFFECT: dict[str, str] = {
     "optimizer.debug": "Ape-X's optimizer debug statistics; the result holds the replay statistics",
     "replay_buffer_config.no_local_replay_buffer": _DRIVER_REPLAY,
     "replay_buffer_shards_colocated_with_driver": _DRIVER_REPLAY,
+    "replay_buffer_config.replay_buffer_shards_colocated_with_driver": _DRIVER_REPLAY,
     "prioritized_replay_beta_annealing_timesteps": (
         "beta stays constant (final_prioritized_replay_beta must equal it), so there is nothing to anneal"
     ),

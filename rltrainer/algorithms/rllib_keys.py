@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 PARENTS = frozenset(path.split(".", 1)[0] for path in (*PATH_ALIASES, *NO_EFFECT) if "." in path)
 
 #: The constant beta of prioritized replay must be what RLlib's annealing ends at.
-_FINAL_BETA = "final_prioritized_replay_beta"
+FINAL_BETA = "final_prioritized_replay_beta"
 
 
 def translate_rllib_keys(config: Any, section: str, settings: dict[str, Any]) -> dict[str, Any]:
@@ -60,9 +60,14 @@ def translate_rllib_keys(config: Any, section: str, settings: dict[str, Any]) ->
                 **(also if isinstance(also, dict) else {}),
                 **value,
             }
-    if _FINAL_BETA in translated and "replay_buffer_config" in fields:
+    if FINAL_BETA in translated and "replay_buffer_config" in fields:
         _check_final_beta(config, section, translated)
     return {**translated, **late}
+
+
+def is_rllib_key(key: str) -> bool:
+    """Whether ``translate_rllib_keys`` reads ``key`` (a config may still lack its target)."""
+    return key in PATH_ALIASES or key in NO_EFFECT or key in PARENTS or key == FINAL_BETA
 
 
 def _unpack(section: str, parent: str, value: dict[str, Any], moved: dict[str, Any], fields: Any) -> dict:
@@ -94,7 +99,20 @@ def _put(target: dict[str, Any], path: str, value: Any) -> None:
         target[field] = value
 
 
+def _estimators_by_name(section: str, names: Any) -> Any:
+    """RLlib 1.x's ``input_evaluation: [is, wis]`` -> ``{"is": {"type": "is"}, ...}``."""
+    if not isinstance(names, list | tuple) or not all(isinstance(name, str) for name in names):
+        raise ConfigError(f"{section}(): input_evaluation must be a list of estimator names, got {names!r}")
+    return {name: {"type": name} for name in names}
+
+
+#: ``PATH_ALIASES`` whose value takes another form in the field they set.
+_VALUE_FORMS = {"input_evaluation": _estimators_by_name}
+
+
 def _translated_value(section: str, key: str, value: Any) -> Any:
+    if key in _VALUE_FORMS:
+        return _VALUE_FORMS[key](section, value)
     if key not in PATH_VALUES:
         return value
     meanings = PATH_VALUES[key]
@@ -104,12 +122,12 @@ def _translated_value(section: str, key: str, value: Any) -> Any:
 
 
 def _check_final_beta(config: Any, section: str, translated: dict[str, Any]) -> None:
-    final = translated.pop(_FINAL_BETA)
+    final = translated.pop(FINAL_BETA)
     replay = translated.get("replay_buffer_config", config.replay_buffer_config)
     beta = replay.get("beta", 0.4)
     if final != beta:
         raise ConfigError(
-            f"{section}(): {_FINAL_BETA}={final!r} cannot take effect in rltrainer (prioritized "
+            f"{section}(): {FINAL_BETA}={final!r} cannot take effect in rltrainer (prioritized "
             f"replay's beta stays constant, at replay_buffer_config beta={beta!r}: there is no "
             f"annealing); remove it, or set prioritized_replay_beta to the beta you want"
         )
@@ -119,4 +137,4 @@ def _say_no_effect(key: str) -> None:
     logger.warning("%s has no effect in rltrainer: %s", key, NO_EFFECT[key])
 
 
-__all__ = ["PARENTS", "translate_rllib_keys"]
+__all__ = ["FINAL_BETA", "PARENTS", "is_rllib_key", "translate_rllib_keys"]
