@@ -98,7 +98,11 @@ def expected_settings(algorithm: str, config: dict[str, Any]) -> dict[str, Any]:
     scheduled = {PATH_ALIASES[key] for key in SCHEDULES if key in given}
     expected = {}
     for key, value in given.items():
-        if isinstance(value, dict) or key in PATH_VALUES or key in ("input", "input_evaluation", "output"):
+        if (
+            isinstance(value, dict)
+            or key in PATH_VALUES
+            or key in ("input", "input_config.paths", "input_evaluation", "output")
+        ):
             continue  # dicts are checked key by key; these values take another form
         kind, _ = describe(algorithm, key)
         if kind not in ("same", "renamed"):
@@ -262,3 +266,17 @@ def test_a_no_effect_switch_logs_one_line_and_is_not_stored(caplog: pytest.LogCa
     ]
     assert "enable_connectors" not in config.to_dict()
     config.framework("torch", eager_tracing=True)  # a TensorFlow switch: accepted with torch
+
+
+def test_rllib_1x_multiagent_dict_sets_the_multi_agent_settings() -> None:
+    config = get_algorithm_class("PPO").config_class.from_dict(
+        {"multiagent": {"count_steps_by": "agent_steps", "policies_to_train": ["learner"]}}
+    )
+    assert (config.count_steps_by, config.policies_to_train) == ("agent_steps", ["learner"])
+    with pytest.raises(ConfigError, match=r"'multiagent' holds \['replay_mode'\].*it reads count_steps_by"):
+        get_algorithm_class("PPO").config_class.from_dict({"multiagent": {"replay_mode": "lockstep"}})
+
+
+def test_input_dataset_needs_the_paths_of_input_config() -> None:
+    with pytest.raises(ConfigError, match="input='dataset' reads the files input_config names"):
+        get_algorithm_class("BC").config_class.from_dict({"input": "dataset"})

@@ -84,6 +84,8 @@ PATH_ALIASES: dict[str, str] = {
     # RLlib 1.x: a schedule replaced the constant (it wins over ``lr`` in the same dict).
     "lr_schedule": "lr",
     "entropy_coeff_schedule": "entropy_coeff",
+    # RLlib 2.x: ``input: dataset`` reads the files ``input_config: {paths: ...}`` names.
+    "input_config.paths": "input_",
     # RLlib 1.x: the off-policy estimators by name (``[is, wis]``; ``[]``: none).
     "input_evaluation": "off_policy_estimation_methods",
     "multiagent.policies": "policies",

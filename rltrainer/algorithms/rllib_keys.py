@@ -23,6 +23,9 @@ logger = logging.getLogger(__name__)
 #: Dicts of RLlib's whose keys the tables name (``optimizer``, ``replay_buffer_config``, ...).
 PARENTS = frozenset(path.split(".", 1)[0] for path in (*PATH_ALIASES, *NO_EFFECT) if "." in path)
 
+#: RLlib 2.x's ``input`` value for "the files of ``input_config``'s paths".
+DATASET_INPUT = "dataset"
+
 #: The constant beta of prioritized replay must be what RLlib's annealing ends at.
 FINAL_BETA = "final_prioritized_replay_beta"
 
@@ -50,6 +53,7 @@ def translate_rllib_keys(config: Any, section: str, settings: dict[str, Any]) ->
                 given[key] = rest
         else:
             given[key] = value
+    _read_dataset_paths(section, given, moved)
     translated = {**{k: v for k, v in moved.items() if k not in given}, **given}
     for key, value in moved.items():  # a dict setting gains the moved keys over the current ones
         if isinstance(value, dict):
@@ -89,6 +93,19 @@ def _unpack(section: str, parent: str, value: dict[str, Any], moved: dict[str, A
             f"'{parent}' dict; it reads {', '.join(known)} (set other settings at the top level)"
         )
     return rest
+
+
+def _read_dataset_paths(section: str, given: dict[str, Any], moved: dict[str, Any]) -> None:
+    """RLlib 2.x's ``input: dataset`` stands for the files of ``input_config: {paths: ...}``."""
+    key = "input" if "input" in given else "input_"
+    if given.get(key) != DATASET_INPUT:
+        return
+    if "input_" not in moved:
+        raise ConfigError(
+            f"{section}(): input='dataset' reads the files input_config names: set "
+            "input_config: {paths: [...], format: json | parquet} (or give the paths as input)"
+        )
+    del given[key]
 
 
 def _put(target: dict[str, Any], path: str, value: Any) -> None:

@@ -62,12 +62,15 @@ COMMON_KEYS: tuple[str, ...] = (
     "no_done_at_end",
     "normalize_actions",
     "num_cpus_for_driver",
+    "num_cpus_per_learner_worker",
     "num_cpus_per_worker",
     "num_env_runners",
     "num_envs_per_env_runner",
     "num_envs_per_worker",
     "num_gpus",
+    "num_gpus_per_learner_worker",
     "num_gpus_per_worker",
+    "num_learner_workers",
     "num_rollout_workers",
     "num_workers",
     "observation_filter",
@@ -218,6 +221,9 @@ _OFFLINE = (
     "actions_in_input_normalized",
     "evaluation_config.input",
     "input",
+    "input_config",
+    "input_config.format",
+    "input_config.paths",
     "input_evaluation",
     "off_policy_estimation_methods",
     "postprocess_inputs",
@@ -339,7 +345,10 @@ NOTES: dict[str, str] = {
     "replay_buffer_config.type": (
         "ReplayBuffer, PrioritizedReplayBuffer and RLlib's MultiAgent/Episode names of the same buffers"
     ),
-    "input": "sampler, or files/folders of recorded JSON or Parquet (RLlib's format)",
+    "input": (
+        "sampler, or files/folders of recorded JSON or Parquet (RLlib's format); RLlib 2.x's "
+        "`dataset`: the files of `input_config.paths`"
+    ),
     "framework": "torch only: `--framework torch` overrides a file's framework, as RLlib's CLI does",
 }
 
