@@ -195,6 +195,8 @@ def test_the_flag_takes_only_torch(framework: str, tmp_path: Path, capsys) -> No
         ("A3C", {"use_pytorch": False}, "torch only"),
         ("MARWIL", {"input_evaluation": "is"}, "input_evaluation must be a list of estimator names"),
         ("PPO", {"buffer_size": 100}, "unknown key 'buffer_size'"),
+        ("PPO", {"replay_buffer_config": {"learning_starts": 100}}, "unknown key 'replay_buffer_config'"),
+        ("PPO", {"optimizer": {"num_replay_buffer_shards": 1}}, "unknown key 'optimizer'"),
     ],
 )
 def test_settings_rltrainer_cannot_honour_say_why(algorithm: str, settings: dict, message: str) -> None:

@@ -47,7 +47,7 @@ def translate_rllib_keys(config: Any, section: str, settings: dict[str, Any]) ->
                     late[PATH_ALIASES[key]] = value
                 continue
             _put(moved, PATH_ALIASES[key], _translated_value(section, key, value))
-        elif key in PARENTS and isinstance(value, dict):
+        elif key in PARENTS and isinstance(value, dict) and _reads_from(key, fields):
             rest = _unpack(section, key, value, moved, fields)
             if key in fields:
                 given[key] = rest
@@ -72,6 +72,13 @@ def translate_rllib_keys(config: Any, section: str, settings: dict[str, Any]) ->
 def is_rllib_key(key: str) -> bool:
     """Whether ``translate_rllib_keys`` reads ``key`` (a config may still lack its target)."""
     return key in PATH_ALIASES or key in NO_EFFECT or key in PARENTS or key == FINAL_BETA
+
+
+def _reads_from(parent: str, fields: Any) -> bool:
+    """Whether the config has ``parent`` or a setting that one of its keys names (else the
+    whole dict is the config's unknown key, e.g. PPO's ``replay_buffer_config``)."""
+    tops = (path.split(".", 1)[0] for key, path in PATH_ALIASES.items() if key.startswith(f"{parent}."))
+    return parent in fields or any(top in fields for top in tops)
 
 
 def _unpack(section: str, parent: str, value: dict[str, Any], moved: dict[str, Any], fields: Any) -> dict:
