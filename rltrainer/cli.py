@@ -459,7 +459,7 @@ def _print_summary(result: Any, stop: dict[str, float]) -> None:
 def _train_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any], bool]:
     """The config (file < --config < flags) and the stop dict; whether the stop is the default."""
     from rltrainer.algorithms.registry import get_algorithm_class
-    from rltrainer.experiment import DEFAULT_STOP
+    from rltrainer.experiment import DEFAULT_STOP, with_framework
 
     options = vars(args)
     path = options.get("path")
@@ -473,7 +473,7 @@ def _train_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any], bool]:
         raise _missing("algorithm", "--algo PPO", "run", path)
     config = get_algorithm_class(algo).config_class()
     for source, values in (
-        (f"{path} ({name}.config)", spec.get("config")),
+        (f"{path} ({name}.config)", with_framework(spec.get("config"), options.get("framework"), path)),
         ("--config", _json_dict("--config", options["config"]) if "config" in options else None),
     ):
         if values:

@@ -42,6 +42,16 @@ class Refused(argparse.Action):
         namespace.refused = [*getattr(namespace, "refused", []), f"{given}: {self.why}"]
 
 
+class FrameworkFlag(Refused):
+    """``--framework``: ``torch`` is kept in the namespace (it overrides the framework of an
+    experiment file, see ``rltrainer.experiment.with_framework``); any other is refused."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        if self.accept is not None and self.accept(values):
+            setattr(namespace, self.dest, values)
+
+
 def add_train_flags(parser: argparse.ArgumentParser) -> None:
     """RLlib's ``rllib train`` flags beyond rltrainer's own (all default to absent)."""
     group = parser.add_argument_group(
@@ -51,12 +61,13 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     add = group.add_argument
     add(
         "--framework",
-        action=Refused,
+        action=FrameworkFlag,
         nargs=None,
         metavar="torch",
         accept=lambda value: value == "torch",
         why=TORCH_ONLY,
-        help="accepted for torch (the only framework); tf, tf2, tfe are refused",
+        help="torch (the only framework): overrides an experiment file's framework, as RLlib's does; "
+        "tf, tf2, tfe are refused",
     )
     add("--torch", action=Refused, accept=lambda _: True, why="", help="accepted (torch is the default)")
     eager = f"a TensorFlow (eager mode) option; {TORCH_ONLY}"

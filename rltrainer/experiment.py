@@ -128,6 +128,24 @@ def reached_stop(result: dict[str, Any], stop: dict[str, float]) -> str | None:
     return None
 
 
+def with_framework(config: dict[str, Any] | None, flag: str | None, path: str) -> dict[str, Any] | None:
+    """An experiment file's config as ``rltrainer train -f FILE [--framework F]`` trains it.
+
+    ``--framework torch`` overrides the file's ``framework`` (RLlib's CLI sets it for every
+    experiment of the file from the flag; RLlib's tuned examples say ``framework: tf``). Without
+    the flag, a framework other than torch is refused, naming the flag.
+    """
+    if flag is not None:
+        return {**(config or {}), "framework": flag}
+    framework = (config or {}).get("framework", "torch")
+    if framework != "torch":
+        raise ConfigError(
+            f"{path}: framework: {framework!r}: rltrainer is torch only; pass --framework torch "
+            "(it overrides the file's framework, as RLlib's CLI does) or set framework: torch"
+        )
+    return config
+
+
 def run_experiment(
     config: AlgorithmConfig,
     stop: dict[str, Any],
@@ -296,4 +314,5 @@ __all__ = [
     "reached_stop",
     "resolve_stop",
     "run_experiment",
+    "with_framework",
 ]

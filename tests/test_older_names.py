@@ -79,7 +79,6 @@ def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
 @pytest.mark.parametrize(
     ("section", "key", "value", "why"),
     [
-        ("framework", "eager_tracing", True, "TensorFlow setting and rltrainer is torch only"),
         ("env_runners", "create_env_on_driver", False, "the driver always creates"),
         ("env_runners", "no_done_at_end", True, "episodes end when the env ends them"),
         ("env_runners", "soft_horizon", True, "episodes end when the env ends them"),

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from rltrainer.algorithms.algorithm_config import ALIASES, DOCUMENTED_SETTINGS, AlgorithmConfig
 from rltrainer.algorithms.registry import get_config_class
+from rltrainer.algorithms.rllib_keys import is_rllib_key
 from rltrainer.errors import ConfigError
 from rltrainer.tune.search_space import candidates, holds_search_space
 from rltrainer.tune.sweep_settings import SCHEDULER_SETTINGS, check_sweep
@@ -125,7 +126,7 @@ def _check_config(spec: ExperimentSpec) -> AlgorithmConfig:
             if name in OWNED_CONFIG_KEYS:
                 alias = f" (RLlib's name for {name})" if name != key else ""
                 raise InvalidSpec(path, f"is set by {OWNED_CONFIG_KEYS[name]}{alias}: remove it from config")
-            if name not in fields and name not in DOCUMENTED_SETTINGS:  # those say why themselves
+            if name not in fields and name not in DOCUMENTED_SETTINGS and not is_rllib_key(key):  # say why
                 raise InvalidSpec(path, _unknown_key(spec.algorithm, key, fields))
             if _names_a_class_in_the_image(name, value):
                 continue

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from rltrainer.algorithms.aliases import _DICT_NAMES, ALIASES, DOCUMENTED_SETTINGS, AnyOf
+from rltrainer.algorithms.rllib_keys import translate_rllib_keys
 from rltrainer.core.cluster import uses_remote_envs
 from rltrainer.errors import ConfigError
 from rltrainer.tune.search_space import candidates, holds_search_space
@@ -913,6 +914,7 @@ class AlgorithmConfig(BaseModel):
         self, section: str, kwargs: dict[str, Any], allowed: tuple[str, ...] | None = None
     ) -> AlgorithmConfig:
         allowed = allowed if allowed is not None else self.SECTIONS[section]
+        kwargs = translate_rllib_keys(self, section, kwargs)  # RLlib's nested keys, no-effect switches
         for key, value in kwargs.items():
             if key not in allowed and ALIASES.get(key) in allowed:
                 key = ALIASES[key]  # noqa: PLW2901 - RLlib's older name for the field
