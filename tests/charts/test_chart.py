@@ -221,7 +221,10 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace(
     assert not of_kind(objects, "ClusterRole") and not of_kind(objects, "ClusterRoleBinding")
     assert sorted(role["metadata"]["namespace"] for role in of_kind(objects, "Role")) == namespaces
     assert granted_permissions(objects, SERVICE_ACCOUNT) == expected_permissions(namespaces)
-    assert container(objects)["args"] == [f"--namespace={ns}" for ns in namespaces]
+    watched = [
+        arg for arg in container(objects)["args"] if arg.startswith(("--namespace", "--all-namespaces"))
+    ]
+    assert watched == [f"--namespace={ns}" for ns in namespaces]
 
 
 def test_rbac_and_service_account_can_be_left_to_the_platform() -> None:

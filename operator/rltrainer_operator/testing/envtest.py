@@ -224,8 +224,8 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
-                # A node's kubelet (testing.node) listens on its InternalIP, a loopback address.
-                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                # A node's kubelet (testing.node) listens on a loopback address, its Hostname.
+                "--kubelet-preferred-address-types=Hostname,InternalIP",
                 "--profiling=false",
                 f"--audit-policy-file={policy}",
                 f"--audit-log-path={self.audit_log}",

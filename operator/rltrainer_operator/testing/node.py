@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 #: podman's settings for this kind of machine (runc, no ulimits raised).
 CONTAINERS_CONF = REPO / "images" / "containers.conf"
 NETNS_DIR = Path("/var/run/netns")
+#: The ConfigMap MicroShift's API server adds to every service-account token volume.
+SERVICE_CA_CONFIG_MAP = "openshift-service-ca.crt"
 
 
 def find_node_assets() -> Path | None:
@@ -96,8 +99,8 @@ class Node:
     """One kubelet (with its containerd) registered with ``plane``, and the scheduler when
     ``scheduler`` is true (one per cluster); a context manager.
 
-    ``name`` is the Node object's name and ``address`` its InternalIP, where the API server
-    reaches the kubelet (logs, exec) and where ``hostNetwork`` Pods listen.
+    ``name`` is the Node object's name, a name of ``address`` (the API server reaches the kubelet
+    there, by the node's Hostname: a kubelet refuses a loopback InternalIP).
     ``capacity``: extended resources to advertise (``{"nvidia.com/gpu": "1"}``: the scheduler
     places GPU requests there; no device exists). ``labels`` and ``taints`` are the kubelet's
     ``--node-labels`` and ``--register-with-taints``. ``image_store``: a folder for containerd's
@@ -138,6 +141,8 @@ class Node:
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock: Any = None
         self._store_lock: Any = None
+        self._publisher: threading.Thread | None = None
+        self._stop_publisher = threading.Event()
         self._netns_before: set[str] = set()
         self.image_store = self._take_store(image_store) or self.root / "containerd-root"
 
@@ -153,6 +158,7 @@ class Node:
             self._ensure_pause_image()
             if self.with_scheduler:
                 self._start_scheduler()
+                self._start_service_ca_publisher()
             self._start_kubelet()
             self._wait_ready()
             if self.capacity:
@@ -165,6 +171,10 @@ class Node:
 
     def stop(self) -> None:
         """Stop what ``start`` began, newest first; then the node's files (when it made them)."""
+        if self._publisher is not None:
+            self._stop_publisher.set()
+            self._publisher.join(10)
+            self._publisher = None
         for name in ("kubelet", "kube-scheduler"):
             self._end(name)
         if "containerd" in self._procs:
@@ -381,13 +391,43 @@ state = "{self.root}/containerd-state"
             ],
         )
 
+    def _start_service_ca_publisher(self) -> None:
+        """This API server is MicroShift's build: its ServiceAccount admission adds OpenShift's
+        ``openshift-service-ca.crt`` ConfigMap to every Pod's token volume, and OpenShift's
+        service-CA controller publishes that ConfigMap in each namespace. No such controller runs
+        here, so this does its part (the cluster's CA under ``service-ca.crt``), as
+        ``root-ca-cert-publisher`` does for ``kube-root-ca.crt``; without it no Pod that mounts a
+        token starts."""
+        ca = (self.plane.root / "pki" / "ca.crt").read_text()
+        self._stop_publisher = threading.Event()
+
+        def publish() -> None:
+            done: set[str] = set()
+            while not self._stop_publisher.wait(0.5):
+                listed = self.plane.kubectl_run("get", "namespaces", "-o", "name", check=False).stdout.split()
+                for namespace in {n.removeprefix("namespace/") for n in listed} - done:
+                    config_map = {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": SERVICE_CA_CONFIG_MAP, "namespace": namespace},
+                        "data": {"service-ca.crt": ca},
+                    }
+                    applied = self.plane.kubectl_run(
+                        "apply", "-f", "-", stdin=json.dumps(config_map), check=False
+                    )
+                    if applied.returncode == 0:
+                        done.add(namespace)
+
+        self._publisher = threading.Thread(target=publish, name="service-ca-publisher", daemon=True)
+        self._publisher.start()
+
     def _start_kubelet(self) -> None:
         port, healthz = free_port(), free_port()
         self.kubelet_port, self._healthz = port, healthz
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "address": self.address,
+            "address": self.address,  # where the API server reaches it: the node's Hostname
             "port": port,
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
@@ -418,7 +458,6 @@ state = "{self.root}/containerd-state"
             f"--kubeconfig={self.plane.kubeconfig}",
             f"--root-dir={self.root / 'kubelet'}",
             f"--hostname-override={self.name}",
-            f"--node-ip={self.address}",
             "--v=1",
         ]
         if self.labels:
