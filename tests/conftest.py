@@ -33,6 +33,8 @@ RAYCLUSTER_CRD = ROOT / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayc
 #: hands out files in this order (by default it starts with the files holding the most tests,
 #: which left the journey and the README for the end, one worker alone with them).
 LONG_FIRST = (
+    "test_images_on_node.py",
+    "test_operator_in_pod.py",
     "test_journey.py",
     "test_readme.py",
     "test_distributed.py",
@@ -49,6 +51,20 @@ LONG_FIRST = (
     "test_docs.py",
     "test_policy_server.py",
 )
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files to each worker (``--dist loadfile``), except that ``tests/node``'s files go to
+    one worker together: they share one real node (its kubelet, containerd and images)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class NodeTestsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/node" if nodeid.startswith("tests/node/") else super()._split_scope(nodeid)
+
+    return NodeTestsTogether(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,66 @@
+"""A real node for the control plane, and the project's images on it.
+
+``node``: the kubelet, containerd and the scheduler (``rltrainer_operator.testing.node``) joined to
+the session's ``control_plane``; its containerd keeps its images in ``~/.cache/rltrainer-node`` so
+that an image imported once stays imported. ``images``: ``make images`` (podman, the local Debian
+base; cached layers make a rebuild take seconds) and both images imported into the node.
+Everything here skips, naming what to install, where the node's packages or binaries are missing.
+All tests under ``tests/node`` run in one pytest-xdist worker (``tests/conftest.py``): one node.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rltrainer_operator.testing.node import Node, find_node_assets, missing_node_requirements
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE_STORE = Path.home() / ".cache" / "rltrainer-node" / "containerd"
+VERSION = subprocess.run(
+    ["sed", "-n", 's/^version = "\\(.*\\)"/\\1/p', str(ROOT / "pyproject.toml")],
+    capture_output=True,
+    text=True,
+    check=True,
+).stdout.strip()
+OPERATOR_IMAGE = f"ghcr.io/rltrainer/operator:{VERSION}"
+TRAINER_IMAGE = f"ghcr.io/rltrainer/trainer:{VERSION}-cpu"
+
+
+@dataclass
+class Images:
+    operator: str
+    trainer: str
+    build_seconds: float
+    import_seconds: float
+
+
+@pytest.fixture(scope="session")
+def node(control_plane):
+    missing = missing_node_requirements()
+    if missing:
+        pytest.skip(missing)
+    with Node(control_plane, find_node_assets(), image_store=IMAGE_STORE) as started:
+        print(f"node {started.name} Ready in {started.start_seconds:.1f} s")
+        yield started
+
+
+@pytest.fixture(scope="session")
+def images(node) -> Images:
+    if shutil.which("mmdebstrap") is None:
+        pytest.skip("no mmdebstrap for the images' local base: `make system-deps` as root")
+    started = time.monotonic()
+    built = subprocess.run(["make", "-s", "images"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if built.returncode != 0:
+        pytest.fail(f"make images failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}")
+    build_seconds = time.monotonic() - started
+    for image in (OPERATOR_IMAGE, TRAINER_IMAGE):
+        node.import_image(image)
+    import_seconds = time.monotonic() - started - build_seconds
+    print(f"make images: {build_seconds:.0f} s; import into the node: {import_seconds:.0f} s")
+    return Images(OPERATOR_IMAGE, TRAINER_IMAGE, build_seconds, import_seconds)

@@ -1,0 +1,266 @@
+"""The Helm chart installed on the real cluster: the operator runs as a Pod from the operator image.
+
+What only a running Pod shows: the chart's Deployment starts (ServiceAccount token mounted,
+in-cluster configuration, probes, security contexts, resources), the real authorizer judges every
+request by the Pod's own token, the metrics and liveness endpoints answer, logs are JSON lines
+when the chart asks, an RLExperiment is reconciled by that Pod, a restart of the Pod loses nothing
+and a SIGTERM ends it within the grace period. Bad values: an image the node lacks and a memory
+limit too small show on the Pod, where `kubectl describe` finds them.
+
+The API server listens on 127.0.0.1 only and this cluster has no kube-proxy, so the `kubernetes`
+Service's address leads nowhere from a Pod. The operator Pod therefore runs with
+``hostNetwork: true`` (patched into the rendered Deployment) and the chart's ``extraEnv`` points
+in-cluster configuration at 127.0.0.1 (``KUBERNETES_SERVICE_HOST``/``PORT``, the variables a
+kubelet derives from that Service). The token, the CA bundle and the RBAC that judges the
+requests are the ones a cluster gives the Pod.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from rltrainer_operator.testing.envtest import free_port
+from tests.charts.helpers import render_objects
+from tests.node.helpers import apply, describe, get, wait_for
+
+NAMESPACE = "rltrainer-system"
+WATCHED = "experiments"
+RELEASE = "rltrainer-operator"
+SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+GRACE_S = 20
+
+
+def release_objects(control_plane, *, release: str = RELEASE, **values: Any) -> tuple[list[dict], dict]:
+    """The chart rendered for this cluster, and the ports its operator listens on (host network)."""
+    ports = {"healthz": free_port(), "metrics": free_port()}
+    api = urlparse(control_plane.url)
+    chosen = {
+        "image": {"pullPolicy": "Never"},
+        "watch": {"clusterWide": False, "namespaces": [WATCHED]},
+        "logFormat": "json",
+        "healthzPort": ports["healthz"],
+        "metrics": {"enabled": True, "port": ports["metrics"]},
+        "terminationGracePeriodSeconds": GRACE_S,
+        "operator": {"pollIntervalSeconds": 1},
+        "extraEnv": [
+            {"name": "KUBERNETES_SERVICE_HOST", "value": api.hostname},
+            {"name": "KUBERNETES_SERVICE_PORT", "value": str(api.port)},
+        ],
+        **values,
+    }
+    objects = render_objects(chosen, name=release, namespace=NAMESPACE)
+    for obj in objects:
+        if obj["kind"] == "Deployment":
+            obj["spec"]["template"]["spec"]["hostNetwork"] = True
+    return objects, ports
+
+
+def operator_pods(control_plane, release: str = RELEASE) -> list[dict]:
+    found = get(control_plane, "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/instance={release}")
+    return [p for p in found["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def http_get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+        return answer.read().decode()
+
+
+def answers(port: int, path: str) -> str:
+    try:
+        return http_get(port, path)
+    except OSError:
+        return ""
+
+
+@pytest.fixture(scope="module")
+def operator_release(control_plane, images):
+    for namespace in (NAMESPACE, WATCHED):
+        control_plane.kubectl_run("create", "namespace", namespace, check=False)
+    repository, tag = images.operator.rsplit(":", 1)
+    objects, ports = release_objects(
+        control_plane, image={"repository": repository, "tag": tag, "pullPolicy": "Never"}
+    )
+    started = time.monotonic()
+    apply(control_plane, *objects)
+    control_plane.kubectl_run("rollout", "status", f"deployment/{RELEASE}", "-n", NAMESPACE, "--timeout=300s")
+    ready_s = time.monotonic() - started
+    print(f"helm install to the operator Pod Ready: {ready_s:.1f} s")
+    yield {"ports": ports, "ready_seconds": ready_s}
+    control_plane.kubectl_run(
+        "delete", "rlexperiments", "--all", "-n", WATCHED, "--wait=true", "--timeout=60s", check=False
+    )
+    control_plane.kubectl_run(
+        "delete",
+        "-f",
+        "-",
+        "--wait=true",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+        check=False,
+    )
+
+
+def test_operator_pod_runs_with_the_charts_identity_and_probes(control_plane, operator_release) -> None:
+    (pod,) = operator_pods(control_plane)
+    spec, (container,) = pod["spec"], pod["spec"]["containers"]
+    assert spec["serviceAccountName"] == RELEASE
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    status = pod["status"]["containerStatuses"][0]
+    assert status["ready"] and status["restartCount"] == 0, describe(
+        control_plane, "pod", pod["metadata"]["name"], NAMESPACE
+    )
+    ports = operator_release["ports"]
+    assert wait_for("kopf's liveness endpoint", lambda: answers(ports["healthz"], "/healthz"), 30)
+    assert "rltrainer_experiments" in wait_for(
+        "the metrics endpoint", lambda: answers(ports["metrics"], "/metrics"), 30
+    )
+
+
+@pytest.mark.usefixtures("operator_release")
+def test_every_request_is_authorized_by_rbac_on_the_pods_own_token(control_plane) -> None:
+    def operator_requests() -> list[dict]:
+        return [
+            e for e in control_plane.audit_events() if e.get("user", {}).get("username") == SERVICE_ACCOUNT
+        ]
+
+    requests = wait_for("requests made with the Pod's token", operator_requests, 30)
+    assert all(e["responseStatus"]["code"] != 403 for e in requests), [
+        (e["verb"], e["requestURI"]) for e in requests if e["responseStatus"]["code"] == 403
+    ]
+    reasons = {e.get("annotations", {}).get("authorization.k8s.io/reason", "") for e in requests}
+    assert any(f'RoleBinding "{RELEASE}' in r or f'RoleBinding "{RELEASE}' in r for r in reasons), reasons
+    # What the chart does not grant stays refused for that identity.
+    denied = control_plane.kubectl_run(
+        "auth", "can-i", "create", "deployments", "-n", WATCHED, f"--as={SERVICE_ACCOUNT}", check=False
+    )
+    assert denied.stdout.strip() == "no"
+
+
+@pytest.mark.usefixtures("operator_release")
+def test_logs_are_json_lines(control_plane) -> None:
+    (pod,) = operator_pods(control_plane)
+    lines = wait_for(
+        "log lines",
+        lambda: control_plane.kubectl_run(
+            "logs", pod["metadata"]["name"], "-n", NAMESPACE, check=False
+        ).stdout.splitlines(),
+        30,
+    )
+    records = [json.loads(line) for line in lines if line.strip()]
+    assert records and all("message" in record for record in records), lines[:5]
+
+
+EXPERIMENT = {
+    "apiVersion": "rltrainer.io/v1alpha1",
+    "kind": "RLExperiment",
+    "metadata": {"name": "ppo-in-pod", "namespace": WATCHED},
+    "spec": {
+        "algorithm": "PPO",
+        "env": "CartPole-v1",
+        "stop": {"training_iteration": 2},
+        "checkpoint": {"uri": "s3://rl-checkpoints/experiments", "frequency": 1},
+        "rollouts": {"replicas": 1},
+    },
+}
+
+
+@pytest.mark.usefixtures("operator_release")
+def test_an_experiment_is_reconciled_by_the_pod_and_survives_its_restart(control_plane) -> None:
+    apply(control_plane, EXPERIMENT)
+
+    def provisioned() -> tuple[str, list[dict]] | None:
+        experiment = get(control_plane, "rlexperiment", "ppo-in-pod", "-n", WATCHED) or {}
+        clusters = get(control_plane, "rayclusters", "-n", WATCHED)["items"]
+        phase = experiment.get("status", {}).get("phase")
+        return (phase, clusters) if phase and clusters else None
+
+    phase, clusters = wait_for("the experiment reconciled by the operator Pod", provisioned, 60)
+    assert phase == "Provisioning" and len(clusters) == 1
+    uid = clusters[0]["metadata"]["uid"]
+
+    (old,) = operator_pods(control_plane)
+    started = time.monotonic()
+    control_plane.kubectl_run(
+        "delete", "pod", old["metadata"]["name"], "-n", NAMESPACE, "--wait=true", "--timeout=60s"
+    )
+    stopped_s = time.monotonic() - started
+    # kopf ends on SIGTERM: well within the grace period, never by the SIGKILL at its end.
+    assert stopped_s < GRACE_S - 5, f"the operator took {stopped_s:.1f} s to stop after SIGTERM"
+    control_plane.kubectl_run("rollout", "status", f"deployment/{RELEASE}", "-n", NAMESPACE, "--timeout=180s")
+    (new,) = operator_pods(control_plane)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    # The new Pod takes the experiment over: same phase, the same cluster, nothing provisioned twice.
+    wait_for(
+        "the new Pod reconciling",
+        lambda: (
+            "ppo-in-pod"
+            in control_plane.kubectl_run("logs", new["metadata"]["name"], "-n", NAMESPACE, check=False).stdout
+        ),
+        60,
+    )
+    time.sleep(3)  # a few of its 1 s timers
+    experiment = get(control_plane, "rlexperiment", "ppo-in-pod", "-n", WATCHED)
+    (cluster,) = get(control_plane, "rayclusters", "-n", WATCHED)["items"]
+    assert experiment["status"]["phase"] == phase and cluster["metadata"]["uid"] == uid
+
+
+@pytest.mark.usefixtures("operator_release")
+def test_an_image_missing_from_the_node_shows_on_the_pod(control_plane) -> None:
+    objects, _ = release_objects(
+        control_plane, release="missing-image", image={"pullPolicy": "Never", "tag": "no-such-tag"}
+    )
+    apply(control_plane, *objects)
+    try:
+
+        def waiting_reason() -> str:
+            pods = operator_pods(control_plane, "missing-image")
+            states = [
+                s.get("state", {}).get("waiting", {})
+                for p in pods
+                for s in p["status"].get("containerStatuses", [])
+            ]
+            return next((s["reason"] for s in states if s.get("reason") == "ErrImageNeverPull"), "")
+
+        assert wait_for("ErrImageNeverPull on the operator Pod", waiting_reason, 60)
+    finally:
+        control_plane.kubectl_run(
+            "delete",
+            "-f",
+            "-",
+            "--wait=false",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+            check=False,
+        )
+
+
+@pytest.mark.usefixtures("operator_release")
+def test_a_memory_limit_too_small_shows_as_oomkilled(control_plane) -> None:
+    limits = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "32Mi"}}
+    objects, _ = release_objects(control_plane, release="small-memory", resources=limits)
+    apply(control_plane, *objects)
+    try:
+
+        def oom_killed() -> str:
+            for pod in operator_pods(control_plane, "small-memory"):
+                for status in pod["status"].get("containerStatuses", []):
+                    for state in (status.get("lastState", {}), status.get("state", {})):
+                        if state.get("terminated", {}).get("reason") == "OOMKilled":
+                            return pod["metadata"]["name"]
+            return ""
+
+        name = wait_for("an OOMKilled operator container", oom_killed, 90)
+        assert "OOMKilled" in describe(control_plane, "pod", name, NAMESPACE)
+    finally:
+        control_plane.kubectl_run(
+            "delete",
+            "-f",
+            "-",
+            "--wait=false",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+            check=False,
+        )
