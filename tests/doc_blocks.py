@@ -77,3 +77,80 @@ def code_blocks(source: str | Path, language: str, *, include_not_run: bool = Fa
 def cli_blocks(source: str | Path) -> list[str]:
     """The runnable ``bash`` blocks that start with an ``rltrainer`` command."""
     return [block for block in code_blocks(source, "bash") if block.lstrip().startswith("rltrainer")]
+
+
+def site_pages(docs: Path) -> list[Path]:
+    """The documentation site's Markdown pages under ``docs`` (the generators in docs/gen aside)."""
+    return sorted(page for page in docs.rglob("*.md") if "gen" not in page.relative_to(docs).parts[:1])
+
+
+def page_slug(page: Path, root: Path) -> str:
+    """A folder name for a page: its path under ``root`` with slashes as double underscores."""
+    return str(page.relative_to(root).with_suffix("")).replace("/", "__")
+
+
+def run_python_pages(pages: list[Path], root: Path, workdir: Path, env: dict[str, str], timeout: int) -> dict:
+    """Each page's Python blocks, in order, in ONE fresh interpreter: every page in its own
+    namespace, its own folder ``workdir/<slug>`` (also its HOME) and with its own time limit, so
+    the interpreter's imports (torch, Ray) are paid once for all pages. Returns
+    ``{slug: None | "what failed"}``."""
+    import json
+    import subprocess
+    import sys
+
+    report = workdir / "report.json"
+    jobs = [(page_slug(page, root), str(page)) for page in pages]
+    done = subprocess.run(
+        # -P: the tests folder is not put on the path (its operator/ would shadow the stdlib).
+        [sys.executable, "-P", __file__, str(report), str(timeout), json.dumps(jobs)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout * len(jobs) + 60,
+    )
+    if not report.is_file():
+        raise RuntimeError(f"the page runner stopped early:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return json.loads(report.read_text())
+
+
+def _run_pages_here(report: str, timeout: int, jobs: list[tuple[str, str]]) -> None:
+    """The page runner's own process (``python tests/doc_blocks.py REPORT TIMEOUT JOBS``)."""
+    import contextlib
+    import json
+    import os
+    import signal
+    import traceback
+
+    def too_long(*_: object) -> None:
+        raise TimeoutError(f"the page's examples took more than {timeout} s")
+
+    signal.signal(signal.SIGALRM, too_long)
+    results: dict[str, str | None] = {}
+    start_dir = Path.cwd()
+    for slug, page in jobs:
+        folder = start_dir / slug
+        folder.mkdir(exist_ok=True)
+        os.chdir(folder)
+        os.environ["HOME"] = str(folder)
+        source = "\n\n".join(code_blocks(Path(page), "python"))
+        output = folder / "output.txt"
+        with output.open("w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            signal.alarm(timeout)
+            try:
+                exec(compile(source, page, "exec"), {"__name__": "__main__", "__file__": page})  # noqa: S102
+                results[slug] = None
+            except BaseException:  # noqa: BLE001 - every failure is the page's, reported by name
+                results[slug] = traceback.format_exc()[-4000:]
+            finally:
+                signal.alarm(0)
+        if results[slug] is not None:
+            results[slug] += "\n--- the page's output:\n" + output.read_text()[-2000:]
+    Path(report).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    _run_pages_here(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]))
