@@ -51,6 +51,9 @@ HEADERS = {
     "eval_return": "eval return (5 greedy episodes)",
     "gradient_steps_per_s": "gradient steps/s",
     "wall_s": "wall time (s)",
+    "forward_train": "compiled forward_train",
+    "complete_update": "compiled complete_update",
+    "complete_update_reduce_overhead": "complete_update + reduce-overhead",
 }
 LIBRARIES = ("rltrainer", "Stable-Baselines3", "sb3-contrib", "RLlib")
 COLORS = {"rltrainer": "#3f51b5", "Stable-Baselines3": "#ff9800", "sb3-contrib": "#ff9800", "RLlib": "#4caf50"}

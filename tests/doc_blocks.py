@@ -3,8 +3,9 @@
 
 A block opens with a line of three or more backticks (or tildes) followed by its language
 (```python, ```bash) and closes with a line of at least as many of the same character. A
-block whose opening fence is preceded (blank lines aside) by the line ``<!-- not-run -->`` is
-shown to readers but not run: for commands that cannot run in a test (a cluster's kubectl).
+block whose opening fence is preceded (blank lines aside) by the line ``<!-- not-run -->`` (or
+``<!-- not-run: REASON -->``) is shown to readers but not run: for commands that cannot run in a
+test (a cluster's kubectl) or take minutes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NOT_RUN = "<!-- not-run -->"
+_NOT_RUN = re.compile(r"^<!-- not-run(?:: (?P<reason>[^>]+?))? -->$")
 _OPENING = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*?)[ \t]*$")
 
 
@@ -26,6 +28,7 @@ class Block:
     code: str
     line: int  # 1-based line number of the opening fence
     run: bool  # False: marked <!-- not-run -->
+    reason: str = ""  # why it is not run, from <!-- not-run: REASON -->
 
 
 def fenced_blocks(markdown: str) -> list[Block]:
@@ -50,12 +53,14 @@ def fenced_blocks(markdown: str) -> list[Block]:
             raise ValueError(f"line {index + 1}: code block {fence}{opening['info']} is never closed")
         body = textwrap.dedent("\n".join(lines[index + 1 : end]))
         info = opening["info"].split()
+        marker = _NOT_RUN.match(previous)
         blocks.append(
             Block(
                 language=info[0].lower() if info else "",
                 code=body + "\n" if body else "",
                 line=index + 1,
-                run=previous != NOT_RUN,
+                run=marker is None,
+                reason=(marker["reason"] or "") if marker else "",
             )
         )
         previous = ""
@@ -72,6 +77,17 @@ def code_blocks(source: str | Path, language: str, *, include_not_run: bool = Fa
         for block in fenced_blocks(markdown)
         if block.language == language and (block.run or include_not_run)
     ]
+
+
+def python_source(page: Path) -> str:
+    """The page's runnable Python blocks as one program, each block on its own lines of the page
+    (blank lines between), so a traceback's line numbers are the page's."""
+    lines: list[str] = []
+    for block in fenced_blocks(page.read_text()):
+        if block.language == "python" and block.run:
+            lines += [""] * (block.line - len(lines))
+            lines += block.code.splitlines()
+    return "\n".join(lines) + "\n"
 
 
 def cli_blocks(source: str | Path) -> list[str]:
@@ -133,7 +149,7 @@ def _run_pages_here(report: str, timeout: int, jobs: list[tuple[str, str]]) -> N
         folder.mkdir(exist_ok=True)
         os.chdir(folder)
         os.environ["HOME"] = str(folder)
-        source = "\n\n".join(code_blocks(Path(page), "python"))
+        source = python_source(Path(page))
         output = folder / "output.txt"
         with output.open("w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             signal.alarm(timeout)

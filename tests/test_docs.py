@@ -25,7 +25,8 @@ IDS = [str(page.relative_to(DOCS)) for page in PAGES]
 #: Shell languages that would only be shown: a docs page writes its commands as ```bash blocks.
 SHOWN_ONLY_SHELLS = {"sh", "shell", "console", "zsh"}
 #: Commands a not-run block may hold: they need a cluster (or are the developer's make targets).
-CLUSTER_COMMANDS = re.compile(r"^\s*(kubectl|helm|make|source|python -m rltrainer_operator|docker|podman)\b")
+#: Any other not-run block says why: ``<!-- not-run: takes minutes -->``.
+CLUSTER_COMMANDS = re.compile(r"(^|[\s(])(kubectl|helm|make|source|docker|podman)\s|python -m rltrainer_operator")
 #: Each page's examples get this long (seconds).
 PAGE_TIMEOUT = 300
 
@@ -125,10 +126,9 @@ def test_only_cluster_commands_are_not_run() -> None:
                 for line in block.code.replace("\\\n", " ").splitlines()
                 if line.strip() and not line.lstrip().startswith("#")
             ]
-            if block.language in {"bash", *SHOWN_ONLY_SHELLS} and not any(
-                CLUSTER_COMMANDS.match(line) for line in commands
-            ):
-                skipped.append(f"{where}: no cluster command in it")
+            needs_a_cluster = any(CLUSTER_COMMANDS.search(line) for line in commands)
+            if block.language in {"bash", *SHOWN_ONLY_SHELLS} and not needs_a_cluster and not block.reason:
+                skipped.append(f"{where}: no cluster command in it, and no reason given")
     assert not skipped, f"examples marked <!-- not-run --> that could run: {skipped}"
 
 
@@ -167,6 +167,10 @@ def test_the_collector_reads_fences_languages_and_the_opt_out() -> None:
             "```bash",
             "kubectl apply -f x.yaml",
             "```",
+            "<!-- not-run: takes minutes -->",
+            "```bash",
+            "python -m bench.atari",
+            "```",
             "- a list item:",
             "  ````bash title=run",
             "  rltrainer --help",
@@ -178,15 +182,16 @@ def test_the_collector_reads_fences_languages_and_the_opt_out() -> None:
         ]
     )
     blocks = fenced_blocks(markdown)
-    assert [(b.language, b.run, b.line) for b in blocks] == [
-        ("python", True, 2),
-        ("bash", False, 7),
-        ("bash", True, 11),
-        ("text", True, 15),
+    assert [(b.language, b.run, b.line, b.reason) for b in blocks] == [
+        ("python", True, 2, ""),
+        ("bash", False, 7, ""),
+        ("bash", False, 11, "takes minutes"),
+        ("bash", True, 15, ""),
+        ("text", True, 19, ""),
     ]
-    assert blocks[2].code == "rltrainer --help\n```nested\n"
+    assert blocks[3].code == "rltrainer --help\n```nested\n"
     assert code_blocks(markdown, "bash") == ["rltrainer --help\n```nested\n"]
-    assert len(code_blocks(markdown, "bash", include_not_run=True)) == 2
+    assert len(code_blocks(markdown, "bash", include_not_run=True)) == 3
     with pytest.raises(ValueError, match="line 1: code block ```python is never closed"):
         fenced_blocks("```python\nprint(1)\n")
 
@@ -205,4 +210,5 @@ def test_the_page_runner_keeps_pages_apart_and_names_the_failing_one(tmp_path: P
     report = run_python_pages(pages, docs, work, sandbox_env(work), timeout=60)
     assert report["a"] is None and report["c"] is None
     assert "NameError: name 'shared' is not defined" in report["guide__b"]
+    assert 'b.md", line 2' in report["guide__b"]  # the page's own line
     assert (work / "a" / "made-here").is_file()

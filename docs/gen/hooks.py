@@ -31,7 +31,9 @@ from mkdocs.structure.files import File, Files  # noqa: E402
 from bench import plots  # noqa: E402
 
 PLOT_FOLDER = "img/benchmarks"
-PART = re.compile(r"^<!-- generated: (?P<kind>[\w-]+) (?P<name>[\w-]+) -->$", flags=re.MULTILINE)
+PART = re.compile(
+    r"^(?P<indent>[ \t]*)<!-- generated: (?P<kind>[\w-]+) (?P<name>[\w-]+) -->$", flags=re.MULTILINE
+)
 
 
 def _part(kind: str, name: str) -> str:
@@ -53,7 +55,8 @@ def on_files(files: Files, config: Any) -> Files:
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     def replace(match: re.Match[str]) -> str:
         try:
-            return _part(match["kind"], match["name"])
+            text = _part(match["kind"], match["name"])  # indented as the line asking for it (in a list)
+            return "\n".join(match["indent"] + line if line else line for line in text.splitlines())
         except (KeyError, FileNotFoundError) as error:
             raise ValueError(f"{page.file.src_uri}: no generated part {match[0]!r} ({error})") from error
 
