@@ -56,7 +56,12 @@ HEADERS = {
     "complete_update_reduce_overhead": "complete_update + reduce-overhead",
 }
 LIBRARIES = ("rltrainer", "Stable-Baselines3", "sb3-contrib", "RLlib")
-COLORS = {"rltrainer": "#3f51b5", "Stable-Baselines3": "#ff9800", "sb3-contrib": "#ff9800", "RLlib": "#4caf50"}
+COLORS = {
+    "rltrainer": "#3f51b5",
+    "Stable-Baselines3": "#ff9800",
+    "sb3-contrib": "#ff9800",
+    "RLlib": "#4caf50",
+}
 
 
 def load(benchmark: str) -> list[dict[str, Any]]:
@@ -85,7 +90,9 @@ def _format(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 1 else f"{value:,.1f}"
     if isinstance(value, list):
-        return " - ".join(_format(item) for item in value) if len(value) == 2 else ", ".join(map(_format, value))
+        return (
+            " - ".join(_format(item) for item in value) if len(value) == 2 else ", ".join(map(_format, value))
+        )
     return str(value).replace("|", "\\|")
 
 
@@ -149,16 +156,27 @@ def time_to_solve_plot() -> bytes:
             seconds = row["median_s"] if row["median_s"] is not None else max(row["range_s"])
             library = _library(row["system"])
             axes.barh(
-                y, seconds, color=COLORS.get(library, "#9e9e9e"), hatch="" if row["median_s"] else "//",
+                y,
+                seconds,
+                color=COLORS.get(library, "#9e9e9e"),
+                hatch="" if row["median_s"] else "//",
                 edgecolor="white",
             )
-            axes.text(seconds * 1.05, y, f"{seconds:g} s" + ("" if row["median_s"] else " (not solved)"),
-                      va="center", fontsize=8)
+            axes.text(
+                seconds * 1.05,
+                y,
+                f"{seconds:g} s" + ("" if row["median_s"] else " (not solved)"),
+                va="center",
+                fontsize=8,
+            )
             labels.append(f"{group}: {row['system']}")
             positions.append(y)
     axes.set_yticks(positions, labels, fontsize=8)
     axes.invert_yaxis()
     axes.set_xscale("log")
+    longest = max(row["median_s"] or max(row["range_s"]) for row in rows)
+    axes.set_xlim(right=longest * 4)  # room for the labels
+    figure.text(0, 0, "The bars of a task ran on the same kind of machine: the table names it.", fontsize=7)
     axes.set_xlabel("median wall-clock seconds to the target, process start included (log scale)")
     axes.set_title("Time to solve")
     return _svg(figure)
@@ -177,8 +195,14 @@ def throughput_plot() -> bytes:
         points.sort()
         library = _library(name)
         style = "--" if "IMPALA" in name else "-"
-        axes.plot(*zip(*points, strict=True), style, marker="o", label=name,
-                  color=COLORS.get(library), alpha=1.0 if "16" not in name else 0.55)
+        axes.plot(
+            *zip(*points, strict=True),
+            style,
+            marker="o",
+            label=name,
+            color=COLORS.get(library),
+            alpha=1.0 if "16" not in name else 0.55,
+        )
     axes.set_xlabel("env runners (0: sampling in the driver)")
     axes.set_ylabel("env steps sampled per second")
     axes.set_yscale("log")
@@ -192,13 +216,21 @@ def atari_plot() -> bytes:
     rows = load("atari")
     figure, axes = _axes(8, 0.32 * len(rows) + 1)
     for y, row in enumerate(rows):
-        axes.barh(y, row["frames_per_s"], color=COLORS.get(_library(row["system"]), "#9e9e9e"),
-                  alpha=1.0 if "H200" in row["machine"] else 0.75)
+        axes.barh(
+            y,
+            row["frames_per_s"],
+            color=COLORS.get(_library(row["system"]), "#9e9e9e"),
+            alpha=1.0 if "H200" in row["machine"] else 0.75,
+        )
         axes.text(row["frames_per_s"] * 1.01, y, f"{row['frames_per_s']:,}", va="center", fontsize=7)
-    machine = ["GPU" if "H200" in row["machine"] else "2-core CPU" for row in rows]
+    axes.set_xlim(right=max(row["frames_per_s"] for row in rows) * 1.12)  # room for the labels
+    machine = ["H200 GPU" if "H200" in row["machine"] else "2-core CPU" for row in rows]
     axes.set_yticks(
         range(len(rows)),
-        [f"{m}: {row['system']}, {row['variant']}, {row['env_runners']} runners" for m, row in zip(machine, rows, strict=True)],
+        [
+            f"{m}: {row['system']}, {row['variant']}, {row['env_runners']} runners"
+            for m, row in zip(machine, rows, strict=True)
+        ],
         fontsize=7,
     )
     axes.invert_yaxis()
@@ -217,7 +249,9 @@ PLOTS: dict[str, Callable[[], bytes]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for the tables (.md) and plots (.svg)")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="folder for the tables (.md) and plots (.svg)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name in benchmarks():

@@ -95,6 +95,17 @@ def cli_blocks(source: str | Path) -> list[str]:
     return [block for block in code_blocks(source, "bash") if block.lstrip().startswith("rltrainer")]
 
 
+def sandbox_env(home: Path) -> dict[str, str]:
+    """The examples' environment: HOME in a temporary folder (so the default
+    ~/rltrainer_results lands there) and the venv's ``rltrainer`` first on PATH."""
+    import os
+    import sys
+
+    env = dict(os.environ, HOME=str(home))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
 def site_pages(docs: Path) -> list[Path]:
     """The documentation site's Markdown pages under ``docs`` (the generators in docs/gen aside)."""
     return sorted(page for page in docs.rglob("*.md") if "gen" not in page.relative_to(docs).parts[:1])

@@ -6,17 +6,22 @@ The site's build and its pages in a browser: tests/test_docs_site.py."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.doc_blocks import code_blocks, fenced_blocks, page_slug, run_python_pages, site_pages
+from tests.doc_blocks import (
+    code_blocks,
+    fenced_blocks,
+    page_slug,
+    run_python_pages,
+    sandbox_env,
+    site_pages,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -26,17 +31,11 @@ IDS = [str(page.relative_to(DOCS)) for page in PAGES]
 SHOWN_ONLY_SHELLS = {"sh", "shell", "console", "zsh"}
 #: Commands a not-run block may hold: they need a cluster (or are the developer's make targets).
 #: Any other not-run block says why: ``<!-- not-run: takes minutes -->``.
-CLUSTER_COMMANDS = re.compile(r"(^|[\s(])(kubectl|helm|make|source|docker|podman)\s|python -m rltrainer_operator")
+CLUSTER_COMMANDS = re.compile(
+    r"(^|[\s(])(kubectl|helm|make|source|docker|podman)\s|python -m rltrainer_operator"
+)
 #: Each page's examples get this long (seconds).
 PAGE_TIMEOUT = 300
-
-
-def sandbox_env(home: Path) -> dict[str, str]:
-    """HOME in the temp dir, so the default ~/rltrainer_results lands there; the venv's
-    ``rltrainer`` first on PATH."""
-    env = dict(os.environ, HOME=str(home))
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
 
 
 PYTHON_PAGES = [page for page in PAGES if code_blocks(page, "python")]
@@ -107,7 +106,9 @@ def test_no_example_is_shown_but_never_run(page: Path) -> None:
         for block in fenced_blocks(page.read_text())
         if block.language in SHOWN_ONLY_SHELLS and block.run
     ]
-    assert not unmarked, f"{page.name}: write these as ```bash blocks, or mark them <!-- not-run -->: {unmarked}"
+    assert not unmarked, (
+        f"{page.name}: write these as ```bash blocks, or mark them <!-- not-run -->: {unmarked}"
+    )
 
 
 def test_only_cluster_commands_are_not_run() -> None:

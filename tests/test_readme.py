@@ -3,16 +3,14 @@ RLExperiment, and every link leads to a file (and heading) that exists."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from tests.doc_blocks import cli_blocks, code_blocks, run_python_pages
+from tests.doc_blocks import cli_blocks, code_blocks, run_python_pages, sandbox_env
 from tests.test_docs import anchor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,16 +19,11 @@ README = ROOT / "README.md"
 MAX_LINES = 250
 
 
-def sandbox_env(tmp_path: Path) -> dict[str, str]:
-    """HOME in the temp dir, so the default ~/rltrainer_results lands there."""
-    env = dict(os.environ, HOME=str(tmp_path))
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
 def test_the_readme_is_a_front_page() -> None:
     lines = README.read_text().splitlines()
-    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines; move what is not a front page to docs/"
+    assert len(lines) <= MAX_LINES, (
+        f"README.md has {len(lines)} lines; move what is not a front page to docs/"
+    )
     dated = [line for line in lines if re.search(r"\b20\d\d-\d\d-\d\d\b|\bUTC\b", line)]
     assert not dated, f"the README tells no dates (history is git's): {dated}"
 
