@@ -34,7 +34,7 @@ RAYCLUSTER_CRD = ROOT / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayc
 #: which left the journey and the README for the end, one worker alone with them).
 LONG_FIRST = (
     "test_journey.py",
-    "test_readme.py",
+    "test_docs.py",
     "test_distributed.py",
     "test_tune.py",
     "test_learner_restarts.py",
@@ -46,7 +46,8 @@ LONG_FIRST = (
     "test_handlers.py",
     "test_apex.py",
     "test_remote_worker_envs.py",
-    "test_docs.py",
+    "test_readme.py",
+    "test_docs_site.py",
     "test_policy_server.py",
 )
 

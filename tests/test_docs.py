@@ -133,6 +133,19 @@ def test_only_cluster_commands_are_not_run() -> None:
     assert not skipped, f"examples marked <!-- not-run --> that could run: {skipped}"
 
 
+#: What a lab notebook says and a user's page does not: dates and times of runs, and who ran what
+#: where. A figure's date and machine belong in bench/results/*.jsonl.
+DIARY = re.compile(
+    r"\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d UTC\b|\bthis session\b|\ban hour earlier\b|\bborrowed\b"
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=IDS)
+def test_pages_speak_of_the_project_not_of_its_history(page: Path) -> None:
+    found = [match.group(0) for match in DIARY.finditer(page.read_text())]
+    assert not found, f"{page.relative_to(DOCS)} reads like a diary: {found} (figures go to bench/results)"
+
+
 def anchor(heading: str) -> str:
     """The anchor of a heading as mkdocs' toc writes it: lower case, punctuation dropped,
     spaces as hyphens."""

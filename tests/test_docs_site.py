@@ -16,6 +16,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -260,3 +261,21 @@ def test_the_browser_check_sees_a_broken_page(browser: DevTools, tmp_path: Path)
     assert "console.error: ['broken']" in text
     assert "exception:" in text
     assert "HTTP 404" in text
+
+
+def test_benchmark_results_say_when_where_and_how(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stored figure carries its date, machine and reproducing command; a line without
+    them is refused by name, so a table cannot show a figure of unknown origin."""
+    from bench import plots
+
+    assert len(plots.benchmarks()) >= 10
+    for name in plots.benchmarks():
+        for row in plots.load(name):
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["date"]), (name, row)
+            assert row["machine"], (name, row)
+        table = plots.table(name).splitlines()
+        assert table[0].endswith("| date | machine | command |") and len(table) == 2 + len(plots.load(name))
+    (tmp_path / "x.jsonl").write_text('{"system": "a", "date": "2026-01-01", "command": "c"}\n')
+    monkeypatch.setattr(plots, "RESULTS", tmp_path)
+    with pytest.raises(ValueError, match="x.jsonl line 1: no machine"):
+        plots.load("x")
