@@ -147,6 +147,7 @@ def _run_pages_here(report: str, timeout: int, jobs: list[tuple[str, str]]) -> N
     import json
     import os
     import signal
+    import time
     import traceback
 
     def too_long(*_: object) -> None:
@@ -161,6 +162,7 @@ def _run_pages_here(report: str, timeout: int, jobs: list[tuple[str, str]]) -> N
         os.chdir(folder)
         os.environ["HOME"] = str(folder)
         source = python_source(Path(page))
+        started = time.monotonic()
         output = folder / "output.txt"
         with output.open("w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             signal.alarm(timeout)
@@ -171,6 +173,8 @@ def _run_pages_here(report: str, timeout: int, jobs: list[tuple[str, str]]) -> N
                 results[slug] = traceback.format_exc()[-4000:]
             finally:
                 signal.alarm(0)
+        # How long each page took, for whoever wonders where the suite's time goes.
+        (folder / "seconds.txt").write_text(f"{time.monotonic() - started:.1f}\n")
         if results[slug] is not None:
             results[slug] += "\n--- the page's output:\n" + output.read_text()[-2000:]
     Path(report).write_text(json.dumps(results))

@@ -51,6 +51,8 @@ def pages_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         if any("tuned_examples/" in block for block in code_blocks(page, "bash")):
             shutil.copytree(ROOT / "tuned_examples", workdir / page_slug(page, DOCS) / "tuned_examples")
     report = run_python_pages(PYTHON_PAGES, DOCS, workdir, sandbox_env(workdir), PAGE_TIMEOUT)
+    seconds = {path.parent.name: float(path.read_text()) for path in workdir.glob("*/seconds.txt")}
+    print("slowest pages (s):", sorted(seconds.items(), key=lambda item: -item[1])[:5])
     return workdir, report
 
 

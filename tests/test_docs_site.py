@@ -39,6 +39,8 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    # A small /dev/shm (containers, CI) would crash the renderer.
+    "--disable-dev-shm-usage",
     "--remote-debugging-port=0",
     "--remote-allow-origins=*",
 ]
