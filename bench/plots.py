@@ -20,8 +20,8 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Written after every other column, in this order.
 WHERE_AND_HOW = ("date", "machine", "command")
-#: Plotted, not shown as a column.
-HIDDEN = {"group"}
+#: Not shown as columns: ``group`` is plotted, a ``note`` is written under the table.
+HIDDEN = {"group", "note"}
 #: Column headers for keys that read better in words.
 HEADERS = {
     "median_s": "median time (s)",
@@ -112,7 +112,8 @@ def table(benchmark: str) -> str:
             f"`{row[key]}`" if key == "command" and row.get(key) else _format(row.get(key)) for key in keys
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    notes = [f"- {_format(row.get('system', ''))}: {row['note']}" for row in rows if row.get("note")]
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def _library(system: str) -> str:
