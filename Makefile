@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean crds images base-image e2e system-deps
+.PHONY: install demo test lint bench clean crds images base-image e2e system-deps docs
 
 install: $(STAMP)
 
@@ -60,6 +60,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check rltrainer operator tests bench
 	$(BIN)/ruff format --check rltrainer operator tests bench
 
+# The documentation site (mkdocs.yml) into site/, in strict mode: a broken link or anchor, a page
+# missing from the nav or an API reference that does not resolve fails the build. The generated
+# parts (RLExperiment reference, migration tables, benchmark tables and plots) come from
+# docs/gen/hooks.py. `make test` builds it too (tests/test_docs_site.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
+
 # The RLExperiment CRD in crds/, generated from operator/rltrainer_operator/models.py, and the
 # Helm chart's copy of it (tests fail when either differs from the models).
 crds: $(STAMP)
@@ -108,4 +115,4 @@ base-image:
 		$(CONTAINER_ENGINE) import -q $$tmp/base.tar $(LOCAL_BASE_IMAGE) && rm -rf $$tmp; }
 
 clean:
-	rm -rf $(VENV) build *.egg-info $(DEMO_DIR)
+	rm -rf $(VENV) build site *.egg-info $(DEMO_DIR)

@@ -36,7 +36,7 @@ LONG_FIRST = (
     "test_images_on_node.py",
     "test_operator_in_pod.py",
     "test_journey.py",
-    "test_readme.py",
+    "test_docs.py",
     "test_distributed.py",
     "test_tune.py",
     "test_learner_restarts.py",
@@ -48,7 +48,8 @@ LONG_FIRST = (
     "test_handlers.py",
     "test_apex.py",
     "test_remote_worker_envs.py",
-    "test_docs.py",
+    "test_readme.py",
+    "test_docs_site.py",
     "test_policy_server.py",
 )
 

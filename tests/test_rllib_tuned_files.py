@@ -74,8 +74,8 @@ def test_a_key_means_the_same_for_every_algorithm_using_it() -> None:
 
 def test_the_migration_page_is_the_table() -> None:
     assert PAGE.read_text() == markdown(), (
-        "docs/migrating_keys.md is stale: python -m rltrainer.algorithms.tuned_example_keys "
-        "> docs/migrating_keys.md"
+        "docs/migrating/tuned-example-keys.md is stale: python -m rltrainer.algorithms.tuned_example_keys "
+        "> docs/migrating/tuned-example-keys.md"
     )
 
 
