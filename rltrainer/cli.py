@@ -36,6 +36,7 @@ from rltrainer.cli_compat import (
     train_settings,
 )
 from rltrainer.errors import ConfigError, RLTrainerError, WorkerError
+from rltrainer.storage import check_experiment_name
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
@@ -494,6 +495,8 @@ def _train_setup(args: argparse.Namespace) -> tuple[Any, dict[str, Any], bool]:
         **train_settings(options),
     }
     config.update_from_dict({key: value for key, value in flags.items() if value is not None})
+    if config.experiment_name is not None:  # --name, the file's name or its config's experiment_name
+        check_experiment_name(config.experiment_name)
     _configure_logging(config, options.get("verbose", 0))
     if "stop" in options:
         return config, _json_dict("--stop", options["stop"]), False

@@ -54,7 +54,15 @@ from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import redirect_output, resolve_output
 from rltrainer.policy import Policy, pack_state
 from rltrainer.results import ResultLogger, add_rllib_keys, flatten, perf_metrics, result_keys_for
-from rltrainer.storage import StorageError, check_storage_path, is_remote, join_uri, open_storage, parent_uri
+from rltrainer.storage import (
+    StorageError,
+    check_experiment_name,
+    check_storage_path,
+    is_remote,
+    join_uri,
+    open_storage,
+    parent_uri,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +149,8 @@ class Algorithm(Trainable):
         if not self._under_tune:
             # A bad folder or bucket fails here, not at the first result.
             check_storage_path(config.storage_path, config.storage_options)
+        if config.experiment_name is not None:  # one folder under storage_path, never a way out of it
+            check_experiment_name(config.experiment_name, "experiment_name")
         if config.output is not None:  # "logdir" (the trial folder) and relative paths: the driver's
             config._output_path = resolve_output(config.output, lambda: self.trial_uri)
         if config.record_env or config.render_env:
@@ -807,8 +817,10 @@ class Algorithm(Trainable):
     @property
     def experiment_uri(self) -> str:
         """``<storage_path>/<experiment_name>``: a directory or an ``s3://`` URI."""
-        name = self.config.experiment_name or f"{type(self).__name__}_{self.config.env_name}"
-        return join_uri(self.config.storage_path, name)
+        name = self.config.experiment_name
+        if name is None:
+            return join_uri(self.config.storage_path, f"{type(self).__name__}_{self.config.env_name}")
+        return join_uri(self.config.storage_path, check_experiment_name(name, "experiment_name"))
 
     @property
     def trial_uri(self) -> str:
