@@ -682,6 +682,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     overrides = _json_dict("--config", args.config) if args.config is not None else None
     _check_not_trial_dir(args.checkpoint)
+    if args.video is not None:
+        _writable_folder("--video", args.video)
     out = _open_out(args.out) if args.out is not None else None
     if args.video is not None:  # frames are drawn off-screen; keeps SDL from probing for a display
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -737,6 +739,19 @@ def _open_out(path: str) -> IO[str]:
         return open(Path(path).expanduser(), "w")  # noqa: SIM115 (closed by _evaluate)
     except OSError as err:
         raise UsageError(f"cannot write --out {path!r}: {err.strerror}") from None
+
+
+def _writable_folder(flag: str, path: str) -> Path:
+    """``path`` as a folder this process can write into (created now), else a ``UsageError``
+    naming the folder and why (the same check ``storage_path`` and ``output`` get)."""
+    from rltrainer.storage import writable_folder
+
+    folder, problem = writable_folder(path)
+    if problem is not None:
+        raise UsageError(
+            f"{flag} {path!r}: cannot write into {str(folder)!r} ({problem}); pass a writable folder"
+        )
+    return folder
 
 
 def _report_episode(episode: Any, out: IO[str] | None) -> None:
@@ -821,6 +836,7 @@ def _checkpoints_download(args: argparse.Namespace) -> int:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"{args.dir!r} already exists and is not an empty directory")
     _check_not_trial_dir(args.uri)
+    _writable_folder("download folder", args.dir)
     checkpoint = download_checkpoint(args.uri, target)
     size = sum(f["size"] for f in checkpoint.metadata["files"].values())
     files = len(checkpoint.metadata["files"])
