@@ -35,8 +35,10 @@ import torch
 from ray.tune import Trainable
 from ray.tune.result import SHOULD_CHECKPOINT, STDERR_FILE, STDOUT_FILE, TRIAL_INFO
 
+from rltrainer.algorithms import driver_weights
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.algorithms.callbacks import call_hook, make_callbacks
+from rltrainer.algorithms.driver_weights import DriverWeights
 from rltrainer.algorithms.evaluation_loop import Evaluation
 from rltrainer.checkpoint_store import apply_retention, checkpoint_uri, open_checkpoint, upload_checkpoint
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
@@ -201,6 +203,7 @@ class Algorithm(Trainable):
             self.env_runner_group.sync_weights({**local.get_weights(), **self.learner_group.get_weights()})
         else:
             self.env_runner_group.sync_weights(self.learner_group.get_weights())
+        self._driver_weights = DriverWeights(self)  # weights users set on the driver's policies
         self.counters = Counters()
         self._episodes: deque[EpisodeStats] = deque(maxlen=config.metrics_num_episodes_for_smoothing)
         self._iteration_samples = 0
@@ -292,6 +295,9 @@ class Algorithm(Trainable):
         trained_before = self.counters.num_env_steps_trained
         cfg = self.config
         # evaluation_parallel_to_training: evaluating (in a thread) while the training step runs.
+        # Weights set on the driver's policies since the last step (get_policy().set_weights(...))
+        # go to the learners and env runners before sampling, as RLlib's local policy would learn them.
+        self._driver_weights.push_if_changed()
         parallel = self._evaluation.start_parallel(self.counters.training_iteration + 1)
         try:
             while True:
@@ -304,6 +310,7 @@ class Algorithm(Trainable):
         finally:
             if parallel is not None:
                 parallel.finish()  # an "auto" evaluation ends with the training step
+            self._driver_weights.mark_synced()
         self.counters.training_iteration += 1
         self.counters.episodes_total += len(self._iteration_episodes)
         self.counters.time_total_s += elapsed
@@ -406,6 +413,16 @@ class Algorithm(Trainable):
     evaluation_workers = eval_env_runner_group  # RLlib's older name
 
     # --- inference ----------------------------------------------------------------------
+    def get_weights(self, policies: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """``{policy id: {parameter name: array}}`` of the policies (all, or those named), as
+        RLlib's ``Algorithm.get_weights``."""
+        return driver_weights.get_weights(self, policies)
+
+    def set_weights(self, weights: dict[str, dict[str, Any]]) -> None:
+        """Load ``{policy id: {parameter name: array}}`` (``get_weights()``'s form) into the
+        policies, the learners and every env runner: the next ``train()`` continues from them."""
+        driver_weights.set_weights(self, weights)
+
     def get_policy(self, policy_id: str = "default_policy") -> Policy:
         """The policy the env runners act with (weights as of the last update); in a
         multi-agent algorithm the one named ``policy_id``."""
@@ -452,7 +469,9 @@ class Algorithm(Trainable):
             weights = policy_state.get("weights", policy_state)
         to_train = None if policies_to_train is None else list(policies_to_train)
         trainable = to_train is not None and policy_id in to_train
-        return add_policy(self, policy_id, policy_spec, weights, trainable, policy_mapping_fn, to_train)
+        added = add_policy(self, policy_id, policy_spec, weights, trainable, policy_mapping_fn, to_train)
+        self._driver_weights.mark_synced()
+        return added
 
     def remove_policy(
         self,
@@ -775,6 +794,7 @@ class Algorithm(Trainable):
             EpisodeStats(r, n)
             for r, n in zip(curve.get("episode_returns", []), curve.get("episode_lens", []), strict=True)
         )
+        self._driver_weights.mark_synced()
         call_hook(self.callbacks, "on_checkpoint_loaded", algorithm=self)
 
     def _restore_policy(self, checkpoint: Checkpoint) -> None:
