@@ -40,9 +40,10 @@ from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.algorithms.callbacks import call_hook, make_callbacks
 from rltrainer.algorithms.driver_weights import DriverWeights
 from rltrainer.algorithms.evaluation_loop import Evaluation
+from rltrainer.algorithms.resource_checks import connect_and_reserve
 from rltrainer.checkpoint_store import apply_retention, checkpoint_uri, open_checkpoint, upload_checkpoint
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
-from rltrainer.core.cluster import actor_bundles, algorithm_bundles, init_ray, needs_ray, release, reserve
+from rltrainer.core.cluster import algorithm_bundles, release
 from rltrainer.core.learner import Learner, make_learner
 from rltrainer.core.learner_group import LearnerGroup
 from rltrainer.core.torch_compile import check_compile_settings
@@ -161,11 +162,8 @@ class Algorithm(Trainable):
             config._input_sources = None
             config.get_input_sources()
         # Ray only when actors are needed; an existing connection (RAY_ADDRESS) is used as is.
-        self._placement = None
-        if needs_ray(config):
-            init_ray(config)
-            if actor_bundles(config):  # (remote_worker_envs' actors alone reserve nothing: no CPUs)
-                self._placement = reserve(config, in_trial=self._under_tune)
+        # GPUs and CPUs asked for are checked against what exists first.
+        self._placement = connect_and_reserve(config, in_trial=self._under_tune)
         try:
             self.env_runner_group = EnvRunnerGroup(config, self._placement)
             self.workers = self.env_runner_group  # RLlib's older name
