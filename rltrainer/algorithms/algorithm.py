@@ -6,10 +6,11 @@ Subclasses set ``config_class`` and ``learner_class`` and implement one hook,
 logging and checkpointing).
 
 Every algorithm is a Ray Tune ``Trainable`` (as RLlib's are), so ``tune.Tuner(PPO, ...)`` runs
-it as trials. Used directly (``config.build()``), it keeps its own contract: ``train()`` writes
-results to its trial folder, ``save()`` returns a path. Created by Tune (which passes
-``storage``), ``train()``/``save()``/``restore()``/``stop()`` follow Tune's contract instead:
-Tune writes the results and owns the checkpoint folders, which hold our pickle-free files.
+it as trials; Tune is imported only when it is used (``rltrainer.algorithms.trainable``).
+Used directly (``config.build()``), it keeps its own contract: ``train()`` writes results to
+its trial folder, ``save()`` returns a path. Created by Tune (which passes ``storage``),
+``train()``/``save()``/``restore()``/``stop()`` follow Tune's contract instead: Tune writes
+the results and owns the checkpoint folders, which hold our pickle-free files.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from ray.tune import Trainable
-from ray.tune.result import SHOULD_CHECKPOINT, STDERR_FILE, STDOUT_FILE, TRIAL_INFO
 
 from rltrainer.algorithms import driver_weights
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
@@ -41,6 +40,13 @@ from rltrainer.algorithms.callbacks import call_hook, make_callbacks
 from rltrainer.algorithms.driver_weights import DriverWeights
 from rltrainer.algorithms.evaluation_loop import Evaluation
 from rltrainer.algorithms.resource_checks import connect_and_reserve
+from rltrainer.algorithms.trainable import (
+    SHOULD_CHECKPOINT,
+    TUNE_FIELDS,
+    TrainableSlot,
+    become_trainable,
+    tune_trainable,
+)
 from rltrainer.checkpoint_store import apply_retention, checkpoint_uri, open_checkpoint, upload_checkpoint
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
 from rltrainer.core.cluster import algorithm_bundles, release
@@ -69,9 +75,6 @@ from rltrainer.storage import (
 
 logger = logging.getLogger(__name__)
 
-# What Tune adds to a trial's config for ``Trainable.__init__`` (trial info, log files).
-_TUNE_FIELDS = (TRIAL_INFO, STDOUT_FILE, STDERR_FILE)
-
 
 @dataclasses.dataclass
 class Counters:
@@ -86,7 +89,7 @@ class Counters:
     num_agent_steps_trained: int = 0
 
 
-class Algorithm(Trainable):
+class Algorithm(TrainableSlot):  # Tune's Trainable once ray.tune is imported
     """Base class of all algorithms (RLlib's ``Algorithm`` Training API; a Tune ``Trainable``)."""
 
     config_class: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
@@ -108,7 +111,7 @@ class Algorithm(Trainable):
         if config is None or isinstance(config, dict):
             settings = dict(config or {})
             # What Tune adds to a trial's config for Trainable (trial info, log files).
-            tune_fields = {key: settings.pop(key) for key in _TUNE_FIELDS if key in settings}
+            tune_fields = {key: settings.pop(key) for key in TUNE_FIELDS if key in settings}
             config = self.config_class().update_from_dict(settings)
         if not isinstance(config, self.config_class):
             raise ConfigError(
@@ -123,7 +126,7 @@ class Algorithm(Trainable):
             if self._under_tune:
                 # Tune's bookkeeping (trial info, trial folder, log files); it then calls setup().
                 self._config_to_build = config
-                Trainable.__init__(self, tune_fields, storage=storage)
+                tune_trainable().__init__(self, tune_fields, storage=storage)
             else:
                 self._trial_info = None  # Trainable.trial_id / trial_name then say "default"
                 self.setup(config)
@@ -265,7 +268,7 @@ class Algorithm(Trainable):
         iterations. Under Tune, Tune's ``Trainable.train`` runs ``step()`` and adds its fields.
         """
         if self._under_tune:
-            return Trainable.train(self)
+            return tune_trainable().train(self)
         result = self.step()
         self._log_result(result)
         cfg = self.config
@@ -384,7 +387,7 @@ class Algorithm(Trainable):
 
     def get_auto_filled_metrics(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Tune's fields of a result, with the config as a plain dict (Tune logs it as JSON)."""
-        metrics = Trainable.get_auto_filled_metrics(self, *args, **kwargs)
+        metrics = tune_trainable().get_auto_filled_metrics(self, *args, **kwargs)
         metrics["config"] = self.config.to_dict()
         return metrics
 
@@ -611,7 +614,7 @@ class Algorithm(Trainable):
         ``Trainable.save`` (Tune's checkpoint folders, holding the files ``save_checkpoint`` writes).
         """
         if self._under_tune:
-            return Trainable.save(self, checkpoint_dir)
+            return tune_trainable().save(self, checkpoint_dir)
         default = checkpoint_dir is None
         if checkpoint_dir is None:
             checkpoint_dir = join_uri(self.trial_uri, f"checkpoint_{self.counters.training_iteration:06d}")
@@ -702,7 +705,7 @@ class Algorithm(Trainable):
         """
         if not isinstance(checkpoint_path, str | Path):  # Tune's Checkpoint or training result
             if self._under_tune:
-                Trainable.restore(self, checkpoint_path)  # Tune's counters, then load_checkpoint()
+                tune_trainable().restore(self, checkpoint_path)  # Tune's counters, then load_checkpoint()
                 return
             checkpoint_path = checkpoint_uri(checkpoint_path)
         with open_checkpoint(str(checkpoint_path), self.config.storage_options) as checkpoint:
@@ -883,7 +886,7 @@ class Algorithm(Trainable):
         """Release envs, actors, the placement group and open files (under Tune, also Tune's
         log files: ``Trainable.stop`` calls ``cleanup()``)."""
         if self._under_tune:
-            Trainable.stop(self)
+            tune_trainable().stop(self)
         else:
             self.cleanup()
 
@@ -921,6 +924,9 @@ class Algorithm(Trainable):
     def _learner_device(self) -> str:
         gpu = self.config.num_gpus > 0 and not self.config.fake_gpus
         return "cuda" if gpu and torch.cuda.is_available() else "cpu"
+
+
+become_trainable()  # when ray.tune is already imported (else Tune's import does it)
 
 
 def episode_metrics(episodes: Any, keep_per_episode_custom_metrics: bool = False) -> dict[str, Any]:
