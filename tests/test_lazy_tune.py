@@ -50,3 +50,15 @@ def test_the_tune_keys_named_here_are_tunes() -> None:
 
     for key in ("TRIAL_INFO", "STDOUT_FILE", "STDERR_FILE", "SHOULD_CHECKPOINT"):
         assert getattr(trainable, key) == getattr(result, key)
+
+
+def test_an_algorithm_without_tune_answers_what_a_trainable_does(tmp_path) -> None:
+    out = _run(
+        "import sys\n"
+        "from rltrainer.algorithms.ppo import PPOConfig\n"
+        f"config = PPOConfig().environment('CartPole-v1').reporting(storage_path={str(tmp_path)!r})\n"
+        "with config.build() as algo:\n"
+        "    print(algo.trial_id, algo.trial_name, algo.get_config() is algo.config,"
+        " 'ray.tune' in sys.modules)\n"
+    )
+    assert out == "default default True False"

@@ -33,7 +33,21 @@ TUNE_FIELDS = (TRIAL_INFO, STDOUT_FILE, STDERR_FILE)
 
 
 class TrainableSlot:
-    """``Algorithm``'s base until ``ray.tune`` is imported; then Tune's ``Trainable`` replaces it."""
+    """``Algorithm``'s base until ``ray.tune`` is imported; then Tune's ``Trainable`` replaces it.
+
+    It answers what ``Trainable`` answers for an algorithm that Tune did not create."""
+
+    @property
+    def trial_id(self) -> str:
+        return "default"
+
+    @property
+    def trial_name(self) -> str:
+        return "default"
+
+    def get_config(self) -> Any:
+        """The algorithm's config (``Trainable.get_config``)."""
+        return self.config  # type: ignore[attr-defined]
 
 
 def tune_trainable() -> type:
