@@ -6,7 +6,9 @@ of the final policy must reach it too. Each seed runs in a fresh process.
     python -m bench.time_to_solve --algo DQN --env CartPole-v1 --seeds 5
     python -m bench.time_to_solve --algo SAC --env Pendulum-v1 --seeds 5
 
-The config comes from the tuned example in ``tuned_examples/`` whose ``run`` and ``env`` match.
+The config comes from the tuned example in ``tuned_examples/`` whose ``run`` and ``env`` match,
+and so does the budget: its ``stop.timesteps_total`` (ES and ARS need 3M steps on CartPole,
+PPO 300k); ``--budget`` overrides it.
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from bench.common import find_tuned_example, run_seed, summarize_seeds
 
+#: BENCHMARKS.md's target per env, and the budget for a tuned example that sets none.
 TARGETS = {"CartPole-v1": (475.0, 300_000), "Pendulum-v1": (-200.0, 50_000)}
+
+
+def tuned_budget(spec: dict[str, Any], env: str) -> int | None:
+    """The env-step budget a tuned example carries (``stop.timesteps_total``), else the env's default."""
+    steps = (spec.get("stop") or {}).get("timesteps_total")
+    return int(steps) if steps is not None else TARGETS.get(env, (None, None))[1]
 
 
 def main() -> None:
@@ -30,15 +40,16 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--config", default="{}", help="JSON overrides of the tuned example's config")
     parser.add_argument("--target", type=float, help="default: BENCHMARKS.md's target for the env")
-    parser.add_argument("--budget", type=int, help="env steps; default: BENCHMARKS.md's budget")
+    parser.add_argument(
+        "--budget", type=int, help="env steps; default: the tuned example's stop.timesteps_total"
+    )
     args = parser.parse_args()
 
-    target, budget = TARGETS.get(args.env, (None, None))
-    target = args.target if args.target is not None else target
-    budget = args.budget if args.budget is not None else budget
+    path, spec = find_tuned_example(args.algo, args.env)
+    target = args.target if args.target is not None else TARGETS.get(args.env, (None, None))[0]
+    budget = args.budget if args.budget is not None else tuned_budget(spec, args.env)
     if target is None or budget is None:
         raise SystemExit(f"no default target/budget for {args.env}: pass --target and --budget")
-    path, spec = find_tuned_example(args.algo, args.env)
     config = {**spec.get("config", {}), **json.loads(args.config)}
     print(f"{args.algo} on {args.env}: target {target}, budget {budget} steps, config from {path.name}")
 

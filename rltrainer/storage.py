@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rltrainer.errors import RLTrainerError
+from rltrainer.errors import ConfigError, RLTrainerError
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,27 @@ def check_storage_options(options: dict[str, Any]) -> dict[str, Any]:
         if key not in STORAGE_OPTIONS:
             raise ValueError(f"unknown storage option {key!r}; allowed: {', '.join(STORAGE_OPTIONS)}")
     return options
+
+
+#: The rule every experiment name follows: it names one folder under ``storage_path``.
+EXPERIMENT_NAME_RULE = (
+    "an experiment name is one folder name: no '/', '\\', '..' or NUL character, and no leading '.'"
+)
+
+
+def check_experiment_name(name: str, what: str = "experiment name") -> str:
+    """``name`` when it is one path component (``EXPERIMENT_NAME_RULE``), else ``ConfigError``:
+    results, checkpoints and S3 prefixes are built as ``<storage_path>/<name>/...``, and a name
+    such as ``../../x`` would put them outside ``storage_path``."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith(".")
+        or ".." in name
+        or any(char in name for char in "/\\\0")
+    ):
+        raise ConfigError(f"{what} {name!r} is not allowed: {EXPERIMENT_NAME_RULE}")
+    return name
 
 
 def is_remote(uri: str | Path) -> bool:

@@ -28,6 +28,7 @@ from rltrainer.algorithms.algorithm_config import ALIASES, DOCUMENTED_SETTINGS, 
 from rltrainer.algorithms.registry import get_config_class
 from rltrainer.algorithms.rllib_keys import is_rllib_key
 from rltrainer.errors import ConfigError
+from rltrainer.storage import check_experiment_name
 from rltrainer.tune.search_space import candidates, holds_search_space
 from rltrainer.tune.sweep_settings import SCHEDULER_SETTINGS, check_sweep
 from rltrainer_operator.models import (
@@ -104,6 +105,7 @@ def validate_experiment(body: Mapping[str, Any]) -> RLExperiment:
     except ValidationError as err:
         raise _invalid_from_pydantic(err) from None
     spec = experiment.spec
+    _check_name(body)
     _check_dropped_nulls(body)
     _check_json("spec.envConfig", spec.envConfig)
     _check_json("spec.config", spec.config)
@@ -112,6 +114,17 @@ def validate_experiment(body: Mapping[str, Any]) -> RLExperiment:
     _check_sweep(spec, config)
     _check_ray_auth(spec)
     return experiment
+
+
+def _check_name(body: Mapping[str, Any]) -> None:
+    """The name becomes the driver's ``--name``: one folder under the checkpoint URI."""
+    name = (body.get("metadata") or {}).get("name")
+    if name is None:
+        return
+    try:
+        check_experiment_name(name, "the RLExperiment's name")
+    except ConfigError as err:
+        raise InvalidSpec("metadata.name", str(err)) from None
 
 
 def _check_config(spec: ExperimentSpec) -> AlgorithmConfig:

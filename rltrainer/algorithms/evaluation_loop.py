@@ -29,13 +29,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rltrainer.algorithms.episode_metrics import episode_metrics
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats
 from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.errors import ConfigError
 from rltrainer.utils.import_paths import object_path, resolve_function
 
 if TYPE_CHECKING:
-    from rltrainer.algorithms.algorithm import Algorithm
     from rltrainer.core.cluster import Placement
 
 logger = logging.getLogger(__name__)
@@ -46,9 +46,12 @@ AUTO_ROUND_STEPS = 100
 
 
 class Evaluation:
-    """An algorithm's evaluation env runners and the evaluation loop over them."""
+    """An algorithm's evaluation env runners and the evaluation loop over them.
 
-    def __init__(self, algo: Algorithm, placement: Placement | None) -> None:
+    ``algo``: the ``Algorithm`` evaluated (its config, training env runners and callbacks);
+    typed loosely so that this module does not import the one that imports it."""
+
+    def __init__(self, algo: Any, placement: Placement | None) -> None:
         self.algo = algo
         self.config = algo.config
         self.function = resolve_function("custom_evaluation_function", self.config.custom_evaluation_function)
@@ -217,8 +220,6 @@ class Evaluation:
         return dict(out)
 
     def _summarize(self, episodes: list[EpisodeStats], steps: int) -> dict[str, Any]:
-        from rltrainer.algorithms.algorithm import episode_metrics  # (that module imports this one)
-
         metrics = episode_metrics(episodes, self.config.keep_per_episode_custom_metrics)
         metrics["episodes_this_iter"] = len(episodes)
         metrics["num_env_steps_sampled"] = steps

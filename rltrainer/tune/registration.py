@@ -44,7 +44,9 @@ def register_with_tune() -> None:
     from ray.tune.tune import _Config
 
     from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+    from rltrainer.algorithms.trainable import become_trainable
 
+    become_trainable()  # the algorithm classes, if imported, are Trainables from now on
     _Config.register(AlgorithmConfig)
     for name, registered in ALGORITHMS.items():
         # Tune's register_trainable would need the class itself (torch); the registry takes any

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rltrainer.errors import ConfigError
 from rltrainer.experiment import canonical_stop_key, resolve_stop
+from rltrainer.storage import check_experiment_name
 from rltrainer.tune.search_space import candidates
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ def check_sweep(config: AlgorithmConfig, stop: dict[str, Any], settings: SweepSe
     """Check everything a sweep depends on; returns the resolved stop criteria."""
     keys_of = type(config)  # the config class knows the result keys without importing torch
     criteria = resolve_stop(stop, keys_of)
+    if config.experiment_name is not None:  # the sweep's folder under storage_path
+        check_experiment_name(config.experiment_name, "experiment_name")
     if not isinstance(settings.num_samples, int) or settings.num_samples < 1:
         raise ConfigError(f"num_samples must be a positive integer, got {settings.num_samples!r}")
     if settings.max_concurrent_trials is not None and settings.max_concurrent_trials < 1:

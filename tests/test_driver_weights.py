@@ -1,0 +1,111 @@
+"""Weights set on the driver's policy are what the next ``train()`` samples with and learns from
+(RLlib's local policy is the one that learns): through ``get_policy().set_weights``,
+``workers.local_worker().set_weights``, ``workers.foreach_policy`` and ``Algorithm.set_weights``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from rltrainer.algorithms.ppo import PPOConfig
+from rltrainer.errors import ConfigError
+
+TUNED_EXAMPLE = Path(__file__).parent.parent / "tuned_examples" / "ppo_cartpole.yaml"
+NUM_ENVS = 4
+
+
+@pytest.fixture(scope="module")
+def expert(tmp_path_factory: pytest.TempPathFactory) -> tuple[PPOConfig, dict[str, np.ndarray]]:
+    """The tuned PPO example trained (seed 0) to a 20-episode mean return of 450: its config and weights."""
+    (experiment,) = yaml.safe_load(TUNED_EXAMPLE.read_text()).values()
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .update_from_dict(experiment["config"])
+        .reporting(storage_path=str(tmp_path_factory.mktemp("results")))
+        .debugging(seed=0)
+    )
+    with config.build() as algo:
+        result = algo.train()
+        while result["episode_return_mean"] < 450 and result["timesteps_total"] < 100_000:
+            result = algo.train()
+        assert result["episode_return_mean"] >= 450, "the expert did not learn"
+        return config, algo.get_policy().get_weights()
+
+
+def _student(expert_config: PPOConfig, **runners: Any) -> Any:
+    """The expert's config with a learning rate too small to matter, sampling whole expert
+    episodes (500 steps) in every env each iteration, averaging over one iteration's episodes."""
+    config = expert_config.copy(copy_frozen=False)
+    config.update_from_dict(
+        {
+            "lr": 1e-9,
+            "num_envs_per_env_runner": NUM_ENVS,
+            "rollout_fragment_length": 520,
+            "train_batch_size": NUM_ENVS * 520 * max(1, runners.get("num_env_runners", 0)),
+            "num_epochs": 1,
+            "metrics_num_episodes_for_smoothing": NUM_ENVS,
+            **runners,
+        }
+    )
+    return config.build()
+
+
+def _set_on_policy(algo: Any, weights: dict) -> None:
+    algo.get_policy().set_weights(weights)
+
+
+def _set_on_local_worker(algo: Any, weights: dict) -> None:
+    algo.workers.local_worker().set_weights(weights)
+
+
+def _set_through_foreach_policy(algo: Any, weights: dict) -> None:
+    # RLlib's idiom: every runner's policies (the driver's among them).
+    algo.workers.foreach_policy(lambda policy, _pid: policy.set_weights(weights))
+
+
+def _set_on_algorithm(algo: Any, weights: dict) -> None:
+    algo.set_weights({"default_policy": weights})
+
+
+@pytest.mark.parametrize(
+    "set_weights", [_set_on_policy, _set_on_local_worker, _set_through_foreach_policy, _set_on_algorithm]
+)
+def test_weights_set_on_the_driver_are_trained_on(expert, set_weights) -> None:
+    expert_config, weights = expert
+    with _student(expert_config) as student:
+        set_weights(student, weights)
+        first = student.train()
+        second = student.train()  # samples with what the learner holds after the first update
+        learned = student.learner_group.get_weights()
+    assert first["episode_return_mean"] >= 400, first["hist_stats"]["episode_reward"]
+    assert second["episode_return_mean"] >= 400, second["hist_stats"]["episode_reward"]
+    for name, value in weights.items():  # the learner started from the expert (lr 1e-9 moved nothing)
+        np.testing.assert_allclose(learned[name].numpy(), value, atol=1e-5)
+
+
+def test_remote_env_runners_get_them_too(expert, local_ray) -> None:  # noqa: ARG001
+    expert_config, weights = expert
+    with _student(expert_config, num_env_runners=1) as student:
+        _set_on_policy(student, weights)
+        student.train()
+        second = student.train()
+    assert second["episode_return_mean"] >= 400, second["hist_stats"]["episode_reward"]
+
+
+def test_get_and_set_weights_round_trip(expert) -> None:
+    expert_config, weights = expert
+    with _student(expert_config) as student:
+        before = student.get_weights()
+        assert list(before) == ["default_policy"]
+        assert student.get_weights(["other"]) == {}
+        student.set_weights({"default_policy": weights})
+        after = student.get_weights()["default_policy"]
+        for name, value in weights.items():
+            np.testing.assert_array_equal(after[name], value)
+        with pytest.raises(ConfigError, match="no policy 'main'"):
+            student.set_weights({"main": weights})
