@@ -33,7 +33,7 @@ from rltrainer.experiment import resolve_stop
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "tests" / "data" / "rllib_tuned"
-PAGE = ROOT / "docs" / "migrating_keys.md"
+PAGE = ROOT / "docs" / "migrating" / "tuned-example-keys.md"
 ONE_ITERATION = ("--framework", "torch", "--stop", '{"training_iteration": 1}')
 
 

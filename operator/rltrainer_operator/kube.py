@@ -146,6 +146,17 @@ class Kube:
         """Delete (foreground: its pods go first). False when it was already gone."""
         return self._delete(RAY_GROUP, RAY_VERSION, RAY_PLURAL, namespace, name, "RayCluster")
 
+    # --- Pods (read only) ------------------------------------------------------------------
+    def list_cluster_pods(self, namespace: str, cluster_name: str) -> list[dict[str, Any]]:
+        """The RayCluster's Pods (KubeRay labels them ``ray.io/cluster``), as dicts."""
+        try:
+            found = self.core.list_namespaced_pod(
+                namespace, label_selector=f"ray.io/cluster={cluster_name}", _request_timeout=10
+            )
+        except (ApiException, *TRANSPORT_ERRORS) as err:
+            raise _temporary(f"list the Pods of RayCluster {namespace}/{cluster_name}", err) from None
+        return [self.api_client.sanitize_for_serialization(pod) for pod in found.items]
+
     # --- Secrets (create only) --------------------------------------------------------------
     def create_secret(self, body: dict[str, Any]) -> bool:
         """Create; False when it already exists (it is never read back: the operator has no

@@ -322,6 +322,9 @@ class ExperimentSpec(_Model):
     """How the pods reach S3."""
     image: str | None = Field(default=None, min_length=1, max_length=512)
     """The trainer image (rltrainer + Ray); the operator's default when empty."""
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    """The Ray pods' image pull policy (Kubernetes' default when empty: IfNotPresent for a
+    tag other than ``latest``); ``Never`` for images loaded onto the nodes ahead of time."""
     rayVersion: str = Field(default=DEFAULT_RAY_VERSION, pattern=RAY_VERSION_PATTERN)
     """The Ray version in the image (KubeRay's rayVersion)."""
     learners: Learners = Field(default_factory=Learners)

@@ -47,6 +47,7 @@ from rltrainer_operator.models import (
     Phase,
     TrialCounts,
 )
+from rltrainer_operator.pod_problems import pod_problems
 from rltrainer_operator.ray_jobs import (
     JobInfo,
     RayAuthError,
@@ -359,6 +360,8 @@ class _Step:
         cluster = self._ensure_cluster()
         if cluster is not None and cluster_ready(cluster):
             return self._submit(cluster)
+        if cluster is not None:
+            self._report_pod_problems()
         since = self._condition_since("Provisioned") or self.now
         waited = (self.now - since).total_seconds()
         if waited > self.r.settings.provision_timeout_s:
@@ -367,6 +370,13 @@ class _Step:
                 f"RayCluster {self.status.rayClusterName} not ready after {waited:.0f}s",
                 cluster_lost=True,
             )
+
+    def _report_pod_problems(self) -> None:
+        """While the cluster is not ready, say why when its Pods show it (once per new reason)."""
+        pods = self.r.kube.list_cluster_pods(self.namespace, self.status.rayClusterName)
+        problems = pod_problems(pods)
+        if problems and self.status.message != problems[0].message:
+            self.transition(Phase.PROVISIONING, problems[0].reason, problems[0].message, warning=True)
 
     def _submit(self, cluster: dict[str, Any]) -> None:
         """Start the next driver attempt on the (ready) ``cluster``."""

@@ -12,13 +12,16 @@ From the operator's design (``rltrainer_operator.kube`` and kopf ``--standalone`
 - one RayCluster per experiment: read, create, patch (scale the rollout group), delete, and
   list/watch (a cluster turning ready or losing its head triggers a reconcile at once);
 - events on the experiments (core ``v1`` events: kopf's ``kopf.event`` and the operator's own);
+- the Pods of its RayClusters, listed by KubeRay's ``ray.io/cluster`` label while a cluster is
+  not ready, so that the reason (an image pull, no node that fits, OOMKilled, a crash loop)
+  reaches the experiment's conditions;
 - one Secret per experiment with ``rayAuth.mode: token``, ``<cluster>-ray-token``: created
   (a 409 means it is there already), never read, updated or deleted (it is owned by the
   experiment: the garbage collector deletes it); the token in it is derived, so the operator
   never needs it back.
 
 Nothing else: the operator never reads Secrets (pods get S3 credentials and the Ray token
-through ``secretKeyRef``) or Pods. ``tests/operator/test_rbac.py`` records what the operator really
+through ``secretKeyRef``), and it only lists Pods (never reads their logs or changes them). ``tests/operator/test_rbac.py`` records what the operator really
 requests through a whole life cycle and checks it against this table and the rendered chart.
 """
 
@@ -35,4 +38,5 @@ OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = {
     ("ray.io", "rayclusters"): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
     ("", "events"): frozenset({"create"}),
     ("", "secrets"): frozenset({"create"}),
+    ("", "pods"): frozenset({"list"}),
 }

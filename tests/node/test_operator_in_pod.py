@@ -264,3 +264,94 @@ def test_a_memory_limit_too_small_shows_as_oomkilled(control_plane) -> None:
             stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
             check=False,
         )
+
+
+def kuberay_head_pod(raycluster: dict[str, Any]) -> dict[str, Any]:
+    """The head Pod KubeRay makes from a RayCluster's head template (its labels and controller
+    owner reference; KubeRay's own operator cannot run here), for the kubelet to try to start."""
+    meta, template = raycluster["metadata"], raycluster["spec"]["headGroupSpec"]["template"]
+    labels = {
+        **template["metadata"].get("labels", {}),
+        "ray.io/cluster": meta["name"],
+        "ray.io/node-type": "head",
+        "ray.io/group": "headgroup",
+        "ray.io/is-ray-node": "yes",
+        "app.kubernetes.io/created-by": "kuberay-operator",
+    }
+    owner = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta['name']}-head-x",
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
+        "spec": {**template["spec"], "restartPolicy": "Always"},
+    }
+
+
+@pytest.mark.usefixtures("operator_release")
+def test_an_experiment_image_missing_from_the_node_becomes_its_condition(control_plane) -> None:
+    missing = "ghcr.io/rltrainer/trainer:no-such-tag"
+    experiment = {
+        **EXPERIMENT,
+        "metadata": {"name": "ppo-missing-image", "namespace": WATCHED},
+        "spec": {
+            **EXPERIMENT["spec"],
+            "image": missing,
+            "imagePullPolicy": "Never",
+            "head": {"cpu": "500m", "memory": "1Gi"},
+        },
+    }
+    apply(control_plane, experiment)
+    cluster = wait_for(
+        "the experiment's RayCluster",
+        lambda: next(
+            iter(
+                get(
+                    control_plane,
+                    "rayclusters",
+                    "-n",
+                    WATCHED,
+                    "-l",
+                    "rltrainer.io/experiment=ppo-missing-image",
+                )["items"]
+            ),
+            None,
+        ),
+        60,
+    )
+    apply(control_plane, kuberay_head_pod(cluster))
+
+    def condition() -> dict[str, Any] | None:
+        status = (get(control_plane, "rlexperiment", "ppo-missing-image", "-n", WATCHED) or {}).get(
+            "status", {}
+        )
+        return next((c for c in status.get("conditions", []) if c["reason"] == "ImagePullFailed"), None)
+
+    found = wait_for(
+        "ImagePullFailed on the experiment",
+        condition,
+        60,
+        lambda: describe(control_plane, "rlexperiment", "ppo-missing-image", WATCHED),
+    )
+    assert (
+        "the head" in found["message"]
+        and missing in found["message"]
+        and "ErrImageNeverPull" in found["message"]
+    )
+    experiment = get(control_plane, "rlexperiment", "ppo-missing-image", "-n", WATCHED)
+    assert (
+        experiment["status"]["phase"] == "Provisioning"
+        and experiment["status"]["message"] == found["message"]
+    )
+    control_plane.kubectl_run("delete", "rlexperiment", "ppo-missing-image", "-n", WATCHED, "--wait=false")

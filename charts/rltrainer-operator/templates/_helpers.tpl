@@ -118,6 +118,11 @@ Same rules in the ClusterRole (cluster-wide) and in each namespaced Role.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# Its RayClusters' Pods, read while a cluster is not ready: why (an image the node lacks, no
+# node that fits, OOMKilled, a crash loop) becomes the experiment's condition.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 # Each experiment's Ray token Secret (rayAuth.mode token): created once, never read.
 - apiGroups: [""]
   resources: ["secrets"]

@@ -151,7 +151,7 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
         # KubeRay passes the Secret's auth_token to every Ray container as RAY_AUTH_TOKEN
         # (and sets RAY_AUTH_MODE=token); without authOptions, auth is off.
         auth["authOptions"] = {"mode": "token", "secretName": ray_token_secret_name(cluster)}
-    return {
+    raycluster = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
         "metadata": {
@@ -189,6 +189,12 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
             "workerGroupSpecs": groups,
         },
     }
+    if spec.imagePullPolicy:
+        templates = [raycluster["spec"]["headGroupSpec"]["template"]] + [g["template"] for g in groups]
+        for template in templates:
+            for container in template["spec"]["containers"]:
+                container["imagePullPolicy"] = spec.imagePullPolicy
+    return raycluster
 
 
 def worker_group(

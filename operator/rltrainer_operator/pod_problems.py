@@ -1,0 +1,101 @@
+"""Why a RayCluster's Pods are not running, in words a user can act on.
+
+KubeRay reports a cluster as not ready and no more; the reasons are on its Pods (labelled
+``ray.io/cluster=<name>``, with ``ray.io/group`` naming the worker group, ``headgroup`` for the
+head): an image the node does not have and may not pull, a Pod no node can take, a container
+killed for memory, one that keeps crashing. ``pod_problems`` reads them from the Pods' status,
+the first of them reaches the experiment as its condition's reason and message, and an event.
+Pure functions on Pod dicts (as the API returns them), tested without a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Container waiting reasons the kubelet gives when it cannot get an image.
+IMAGE_PULL_REASONS = frozenset({"ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+#: KubeRay's label naming a pod's group; its head group's value.
+GROUP_LABEL = "ray.io/group"
+HEAD_GROUP = "headgroup"
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """``reason``: ImagePullFailed, Unschedulable, OOMKilled or CrashLoopBackOff."""
+
+    reason: str
+    group: str
+    message: str
+
+
+def pod_problems(pods: list[dict[str, Any]]) -> list[PodProblem]:
+    """Every problem found, one per pod at most, in a stable order (head first, then by name)."""
+    ordered = sorted(pods, key=lambda p: (_group(p) != HEAD_GROUP, p["metadata"].get("name", "")))
+    found = [problem for pod in ordered if (problem := _problem(pod)) is not None]
+    return found
+
+
+def _group(pod: dict[str, Any]) -> str:
+    return (pod["metadata"].get("labels") or {}).get(GROUP_LABEL, "?")
+
+
+def _where(pod: dict[str, Any]) -> str:
+    group = _group(pod)
+    what = "the head" if group == HEAD_GROUP else f"group {group}"
+    return f"{what} (pod {pod['metadata'].get('name', '?')})"
+
+
+def _problem(pod: dict[str, Any]) -> PodProblem | None:
+    status = pod.get("status") or {}
+    group, where = _group(pod), _where(pod)
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            detail = condition.get("message", "")
+            return PodProblem("Unschedulable", group, f"{where}: no node can run it: {detail}")
+    images = {c["name"]: c.get("image", "?") for c in _containers(pod)}
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        name, state = container.get("name", "?"), container.get("state") or {}
+        waiting = state.get("waiting") or {}
+        last = (container.get("lastState") or {}).get("terminated") or {}
+        terminated = state.get("terminated") or {}
+        image = images.get(name, container.get("image", "?"))
+        if waiting.get("reason") in IMAGE_PULL_REASONS:
+            detail = waiting.get("message", "")
+            message = f"{where}: image {image} cannot be had ({waiting['reason']})"
+            return PodProblem("ImagePullFailed", group, f"{message}: {detail}" if detail else message)
+        for ended in (terminated, last):
+            if ended.get("reason") == "OOMKilled":
+                limit = _memory_limit(pod, name)
+                return PodProblem(
+                    "OOMKilled",
+                    group,
+                    f"{where}: container {name} was killed for using more memory than its limit ({limit}); "
+                    "raise the group's memory",
+                )
+        if waiting.get("reason") == "CrashLoopBackOff":
+            code = last.get("exitCode", "?")
+            said = _last_line(last.get("message", ""))
+            return PodProblem(
+                "CrashLoopBackOff",
+                group,
+                f"{where}: container {name} keeps failing (exit code {code})" + (f": {said}" if said else ""),
+            )
+    return None
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod.get("spec") or {}
+    return (spec.get("initContainers") or []) + (spec.get("containers") or [])
+
+
+def _memory_limit(pod: dict[str, Any], container: str) -> str:
+    for spec in _containers(pod):
+        if spec.get("name") == container:
+            return ((spec.get("resources") or {}).get("limits") or {}).get("memory", "none set")
+    return "none set"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""

@@ -1,0 +1,98 @@
+"""Why a RayCluster's Pods are not running, read from Pod status as the kubelet and the scheduler
+write it (the shapes here are theirs; tests/node sees the same on a real node)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rltrainer_operator.pod_problems import pod_problems
+
+
+def pod(name: str, group: str, status: dict[str, Any], memory: str | None = None) -> dict[str, Any]:
+    resources = {"limits": {"memory": memory}} if memory else {}
+    return {
+        "metadata": {"name": name, "labels": {"ray.io/cluster": "c", "ray.io/group": group}},
+        "spec": {"containers": [{"name": "ray-worker", "image": "trainer:1", "resources": resources}]},
+        "status": status,
+    }
+
+
+def waiting(reason: str, message: str = "", **extra: Any) -> dict[str, Any]:
+    return {
+        "containerStatuses": [
+            {
+                "name": "ray-worker",
+                "image": "trainer:1",
+                "state": {"waiting": {"reason": reason, "message": message}},
+                **extra,
+            }
+        ]
+    }
+
+
+def test_a_healthy_or_starting_pod_is_no_problem() -> None:
+    running = {"containerStatuses": [{"name": "ray-worker", "state": {"running": {}}}]}
+    creating = waiting("ContainerCreating")
+    assert (
+        pod_problems([pod("a", "headgroup", running), pod("b", "rollouts", creating), pod("c", "x", {})])
+        == []
+    )
+
+
+def test_an_image_the_node_lacks_names_the_group_and_the_image() -> None:
+    message = 'Container image "trainer:1" is not present with pull policy of Never'
+    (problem,) = pod_problems([pod("c-rollouts-worker-x", "rollouts", waiting("ErrImageNeverPull", message))])
+    assert problem.reason == "ImagePullFailed" and problem.group == "rollouts"
+    assert "group rollouts" in problem.message and "image trainer:1" in problem.message
+    assert "ErrImageNeverPull" in problem.message and message in problem.message
+
+
+def test_an_unschedulable_pod_says_what_no_node_has() -> None:
+    why = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    status = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}
+        ],
+    }
+    (problem,) = pod_problems([pod("c-learners-worker-x", "learners", status)])
+    assert (
+        problem.reason == "Unschedulable"
+        and "nvidia.com/gpu" in problem.message
+        and "group learners" in problem.message
+    )
+
+
+def test_oomkilled_names_the_container_and_its_limit() -> None:
+    status = waiting("CrashLoopBackOff", lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137}})
+    (problem,) = pod_problems([pod("c-learners-worker-x", "learners", status, memory="256Mi")])
+    assert (
+        problem.reason == "OOMKilled"
+        and "256Mi" in problem.message
+        and "raise the group's memory" in problem.message
+    )
+
+
+def test_a_crash_loop_carries_the_containers_last_line() -> None:
+    last = {
+        "terminated": {
+            "reason": "Error",
+            "exitCode": 1,
+            "message": "Traceback ...\nValueError: no env named 'Nope-v0'\n",
+        }
+    }
+    (problem,) = pod_problems(
+        [pod("c-rollouts-worker-x", "rollouts", waiting("CrashLoopBackOff", lastState=last))]
+    )
+    assert problem.reason == "CrashLoopBackOff" and "exit code 1" in problem.message
+    assert problem.message.endswith("ValueError: no env named 'Nope-v0'")
+
+
+def test_the_head_comes_first() -> None:
+    problems = pod_problems(
+        [
+            pod("a-worker", "rollouts", waiting("ErrImageNeverPull")),
+            pod("z-head", "headgroup", waiting("ImagePullBackOff")),
+        ]
+    )
+    assert [p.group for p in problems] == ["headgroup", "rollouts"] and "the head" in problems[0].message
