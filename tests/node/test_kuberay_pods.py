@@ -1,0 +1,111 @@
+"""KubeRay played with real Pods: a RayCluster the operator builds becomes a head Pod and worker
+Pods on the node, Ray starts in them from the trainer image with KubeRay's command, the workers
+join the head, and the job API the operator uses answers on the head Pod."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import kubernetes
+import pytest
+
+from rltrainer_operator.builders.ray_token import build_token_secret, ray_token
+from rltrainer_operator.builders.raycluster import build_raycluster
+from rltrainer_operator.ray_jobs import RayJobClient
+from rltrainer_operator.settings import Settings
+from rltrainer_operator.testing.kuberay_pods import PodKubeRay
+from rltrainer_operator.validation import validate_experiment
+from tests.node.helpers import apply, describe, get, wait_for
+
+NAMESPACE = "kuberay-pods"
+TOKEN_KEY = "kuberay-pods-test-key"
+
+
+@pytest.fixture(scope="module")
+def kuberay(control_plane):
+    control_plane.kubectl_run("create", "namespace", NAMESPACE, check=False)
+    client = kubernetes.config.new_client_from_config(str(control_plane.kubeconfig))
+    with PodKubeRay(client, [NAMESPACE]) as controller:
+        yield controller
+    control_plane.kubectl_run(
+        "delete", "rayclusters", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=60s", check=False
+    )
+
+
+def experiment(name: str, image: str) -> dict:
+    return {
+        "apiVersion": "rltrainer.io/v1alpha1",
+        "kind": "RLExperiment",
+        "metadata": {"name": name, "namespace": NAMESPACE, "uid": str(uuid.uuid4())},
+        "spec": {
+            "algorithm": "PPO",
+            "env": "CartPole-v1",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "checkpoint": {"uri": "s3://rl-checkpoints/x"},
+            "head": {"cpu": "500m", "memory": "1500Mi"},
+            "learners": {"replicas": 0},
+            "rollouts": {"replicas": 1, "cpusPerRunner": 1, "memory": "1200Mi"},
+        },
+    }
+
+
+@pytest.mark.usefixtures("kuberay")
+def test_a_rayclusters_pods_run_ray_and_answer_the_job_api(control_plane, images) -> None:
+    body = experiment("pods", images.trainer)
+    spec = validate_experiment(body).spec
+    settings = Settings(ray_token_key=TOKEN_KEY)
+    cluster = build_raycluster(body, spec, settings)
+    cluster["metadata"].pop("ownerReferences")  # no RLExperiment object owns it in this test
+    token = ray_token(TOKEN_KEY, body["metadata"]["uid"])
+    secret = build_token_secret(body, cluster["metadata"]["name"], token)
+    secret["metadata"].pop("ownerReferences")
+    apply(control_plane, secret, cluster)
+    name = cluster["metadata"]["name"]
+    started = time.monotonic()
+
+    def ready() -> dict | None:
+        found = get(control_plane, "raycluster", name, "-n", NAMESPACE) or {}
+        conditions = {c["type"]: c["status"] for c in (found.get("status") or {}).get("conditions", [])}
+        return (
+            found
+            if conditions.get("HeadPodReady") == "True" and conditions.get("RayClusterProvisioned") == "True"
+            else None
+        )
+
+    found = wait_for(
+        "the RayCluster ready on real Pods",
+        ready,
+        240,
+        lambda: (
+            control_plane.kubectl_run("get", "pods", "-n", NAMESPACE, "-o", "wide", check=False).stdout
+            + "\n".join(
+                describe(control_plane, "pod", p["metadata"]["name"], NAMESPACE)
+                for p in get(control_plane, "pods", "-n", NAMESPACE)["items"]
+            )
+        ),
+    )
+    print(f"RayCluster ready on real Pods in {time.monotonic() - started:.0f} s")
+    pods = get(control_plane, "pods", "-n", NAMESPACE, "-l", f"ray.io/cluster={name}")["items"]
+    groups = sorted(p["metadata"]["labels"]["ray.io/group"] for p in pods)
+    assert groups == ["headgroup", "rollouts"], groups
+    head = next(p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "head")
+    assert head["spec"]["containers"][0]["args"][0].startswith("ulimit -n 65536; ray start --head")
+    assert found["status"]["head"]["podIP"] == head["status"]["podIP"]
+
+    jobs = RayJobClient(f"http://{head['status']['podIP']}:8265", token=token)
+    job = jobs.submit(
+        {
+            "submission_id": "count-nodes",
+            "entrypoint": "python -c \"import ray; ray.init(); print('nodes', len(ray.nodes()))\"",
+        }
+    )
+    done = wait_for(
+        "the job finished",
+        lambda: (j := jobs.get(job.submission_id)) and j.status in ("SUCCEEDED", "FAILED") and j,
+        120,
+    )
+    assert done.status == "SUCCEEDED", done
+    logs = control_plane.kubectl_run("logs", head["metadata"]["name"], "-n", NAMESPACE, check=False).stdout
+    assert "ray start" in logs or "Ray runtime started" in logs, logs[-2000:]
