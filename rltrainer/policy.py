@@ -10,7 +10,8 @@ from gymnasium import spaces
 
 from rltrainer.core.action_masks import valid_actions
 from rltrainer.core.composite_actions import CompositeActions, is_composite
-from rltrainer.core.distributions import ActionDistribution, Categorical, dist_class_for
+from rltrainer.core.dist_class import dist_class_for
+from rltrainer.core.distributions import ActionDistribution, Categorical
 from rltrainer.core.exploration import Exploration, StochasticSampling, make_exploration
 from rltrainer.core.models import ActorCritic, NumpyMLP, torch_inference
 from rltrainer.env.preprocessors import Preprocessor

@@ -35,7 +35,8 @@ from rltrainer.env.env_context import EnvContext
 from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.recurrent_sampling import RecurrentInputs
-from rltrainer.env.registry import RestartOnCrash, make_env, make_vector_env, register_env
+from rltrainer.env.registry import RestartOnCrash, make_env, register_env
+from rltrainer.env.vector_env import make_vector_env
 from rltrainer.env.video import EpisodeVideos, video_role
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
 from rltrainer.errors import raised_at as _raised_at
