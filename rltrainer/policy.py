@@ -13,15 +13,13 @@ from rltrainer.core.composite_actions import CompositeActions, is_composite
 from rltrainer.core.dist_class import dist_class_for
 from rltrainer.core.distributions import ActionDistribution, Categorical
 from rltrainer.core.exploration import Exploration, StochasticSampling, make_exploration
+from rltrainer.core.filters import make_filter
 from rltrainer.core.models import ActorCritic, NumpyMLP, torch_inference
+from rltrainer.core.tensors import as_tensor
 from rltrainer.env.preprocessors import Preprocessor
-from rltrainer.errors import ConfigError
-from rltrainer.policy_spec import PolicySpec
-
-
-def as_tensor(value: Any) -> torch.Tensor:
-    """A tensor from a tensor or array; arrays are copied (Ray's object store hands out read-only ones)."""
-    return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value))
+from rltrainer.errors import CheckpointError, ConfigError
+from rltrainer.policy_spec import PolicySpec, parse_policies
+from rltrainer.utils.import_paths import import_object
 
 
 def pack_state(state: Any, rows: int) -> np.ndarray | None:
@@ -254,9 +252,7 @@ class Policy:
         ``policy_id`` that one policy."""
         from rltrainer.algorithms.registry import get_config_class
         from rltrainer.checkpoint_store import checkpoint_uri, open_checkpoint
-        from rltrainer.core.filters import make_filter
         from rltrainer.env.spaces import space_from_json
-        from rltrainer.errors import CheckpointError
 
         path = checkpoint_uri(checkpoint_path)
         with open_checkpoint(path, storage_options) as checkpoint:
@@ -266,8 +262,6 @@ class Policy:
             except ConfigError as err:
                 raise CheckpointError(f"checkpoint {path!r} has an invalid config: {err}") from None
             if "policies" in meta:  # multi-agent: one file set per policy
-                from rltrainer.algorithms.multi_agent import load_policy
-
                 if policy_id is not None:
                     return load_policy(checkpoint, policy_id, config)
                 return {pid: load_policy(checkpoint, pid, config) for pid in policy_ids or meta["policies"]}
@@ -552,4 +546,56 @@ class Policy:
         return None
 
 
-__all__ = ["Policy", "PolicySpec", "as_tensor", "pack_state"]
+# --- multi-agent checkpoints: the files of each policy ----------------------------------
+def policy_file(policy_id: str) -> str:
+    return f"policy_{policy_id}.safetensors"
+
+
+def optimizer_file(policy_id: str) -> str:
+    return f"optimizer_{policy_id}.safetensors"
+
+
+def filter_file(policy_id: str) -> str:
+    return f"filter_{policy_id}.npz"
+
+
+def policy_class_of(spec: PolicySpec, default: type) -> type[Policy]:
+    """The policy class of ``spec``: ``default`` (the algorithm's) when it names none; a path is
+    imported; ``ConfigError`` unless it is a ``Policy`` subclass."""
+    cls = spec.policy_class
+    if cls is None:
+        return default
+    if isinstance(cls, str):
+        try:
+            cls = import_object(cls)
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ConfigError(
+                f"multi_agent(): cannot import policy_class {spec.policy_class!r} ({err})"
+            ) from None
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise ConfigError(
+            f"multi_agent(): policy_class {spec.policy_class!r} is not a rltrainer.policy.Policy subclass"
+        )
+    return cls
+
+
+def load_policy(checkpoint: Any, policy_id: str, config: Any) -> Any:
+    """Policy ``policy_id`` of a multi-agent checkpoint, with its weights and filter."""
+    specs = parse_policies(checkpoint.metadata["policies"])
+    if policy_id not in specs:
+        raise CheckpointError(
+            f"checkpoint {checkpoint.source!r} has no policy {policy_id!r}; policies: {', '.join(specs)}"
+        )
+    spec = specs[policy_id]
+    policy_config = config.policy_config(policy_id)
+    policy = policy_class_of(spec, config.get_policy_class())(
+        spec.observation_space, spec.action_space, policy_config
+    )
+    policy.set_weights(checkpoint.tensors(policy_file(policy_id)))
+    observation_filter = make_filter(policy_config.observation_filter, policy.preprocessor.size)
+    observation_filter.set_state(checkpoint.arrays(filter_file(policy_id)))
+    policy.observation_filter = observation_filter
+    return policy
+
+
+__all__ = ["Policy", "PolicySpec", "as_tensor", "load_policy", "pack_state", "policy_class_of"]

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from rltrainer.algorithms.aliases import _DICT_NAMES, ALIASES, DOCUMENTED_SETTINGS, AnyOf
-from rltrainer.core.cluster import uses_remote_envs
+from rltrainer.core.cluster import REMOTE_ENVS_WITHOUT_TASKS, uses_remote_envs
 from rltrainer.errors import ConfigError
 from rltrainer.tune.search_space import candidates, holds_search_space
 from rltrainer.utils.import_paths import object_path
@@ -40,14 +40,6 @@ PiecewiseSchedule = list[
 
 #: ``environment()``'s default: the env is left as it is (``None`` sets no env, as in RLlib).
 NOT_PROVIDED: Any = object()
-
-
-#: ``env_task_fn`` sets tasks on env objects, which remote envs keep in their actors.
-REMOTE_ENVS_WITHOUT_TASKS = (
-    "env_task_fn sets tasks on the env runners' sub-env objects, but with remote_worker_envs=True "
-    "they live in actors of their own: set remote_worker_envs=False (or num_envs_per_env_runner=1) "
-    "or remove env_task_fn"
-)
 
 
 def _positive_sizes(sizes: list[int]) -> list[int]:
@@ -814,7 +806,7 @@ class AlgorithmConfig(BaseModel):
         if self.policies is not None or self.policy_mapping_fn is not None:
             return True
         if self._env_is_multi_agent is None:
-            from rltrainer.env.multi_agent_env_runner import env_is_multi_agent
+            from rltrainer.env.registry import env_is_multi_agent
 
             self._env_is_multi_agent = env_is_multi_agent(self.env)
         return self._env_is_multi_agent
@@ -861,14 +853,14 @@ class AlgorithmConfig(BaseModel):
     def is_offline(self) -> bool:
         """Whether training batches come from ``input_`` (files, a policy server, a function)
         rather than, or as well as, the envs."""
-        from rltrainer.offline.input_reader import SAMPLER
+        from rltrainer.offline.input_sources import SAMPLER
 
         return not isinstance(self.input_, str) or self.input_ != SAMPLER
 
     @property
     def trains_without_env(self) -> bool:
         """``input_`` has no ``"sampler"`` source and the spaces are given: no env is needed."""
-        from rltrainer.offline.input_reader import SAMPLER, parse_input
+        from rltrainer.offline.input_sources import SAMPLER, parse_input
 
         sampled = any(isinstance(s, str) and s == SAMPLER for s, _ in parse_input(self.input_))
         return not sampled and self.observation_space is not None and self.action_space is not None
@@ -877,7 +869,7 @@ class AlgorithmConfig(BaseModel):
         """``input_`` as ``InputSource``s with their files listed (listed here if the algorithm
         has not done it in the driver yet)."""
         if self._input_sources is None:
-            from rltrainer.offline.input_reader import resolve_input
+            from rltrainer.offline.input_sources import resolve_input
 
             self._input_sources = resolve_input(self.input_, self.input_config, self.storage_options)
         return self._input_sources
@@ -1106,7 +1098,7 @@ class AlgorithmConfig(BaseModel):
     @field_validator("input_", mode="before")
     @classmethod
     def _input(cls, input_: Any) -> Any:
-        from rltrainer.offline.input_reader import parse_input
+        from rltrainer.offline.input_sources import parse_input
 
         parse_input(input_)
         return input_
@@ -1121,7 +1113,7 @@ class AlgorithmConfig(BaseModel):
     @field_validator("input_config")
     @classmethod
     def _input_config(cls, config: dict[str, Any]) -> dict[str, Any]:
-        from rltrainer.offline.input_reader import check_input_config
+        from rltrainer.offline.input_sources import check_input_config
 
         return check_input_config(config)
 
@@ -1205,7 +1197,7 @@ def _check_evaluation(config: AlgorithmConfig) -> None:
 
 def _check_offline(config: AlgorithmConfig) -> None:
     """What offline input cannot be combined with (files hold filtered, flattened rows)."""
-    from rltrainer.offline.input_reader import SAMPLER, SERVER, parse_input
+    from rltrainer.offline.input_sources import SAMPLER, SERVER, parse_input
 
     if config.off_policy_estimation_methods and not _recorded_input(config):
         raise ConfigError(
@@ -1301,7 +1293,7 @@ def check_multi_agent(config: AlgorithmConfig, imports: bool = True) -> None:
 
 def _recorded_input(config: AlgorithmConfig) -> bool:
     """Whether the training or the evaluation ``input_`` names recorded files."""
-    from rltrainer.offline.input_reader import SAMPLER, SERVER, parse_input
+    from rltrainer.offline.input_sources import SAMPLER, SERVER, parse_input
 
     overrides = config.evaluation_config or {}
     inputs = [config.input_, overrides.get("input_", overrides.get("input"))]

@@ -24,10 +24,9 @@ import numpy as np
 
 from rltrainer.algorithms.callbacks import EPISODE_HOOKS, call_hook, make_callbacks, overrides
 from rltrainer.core import compiled
-from rltrainer.core.cluster import uses_remote_envs
+from rltrainer.core.cluster import REMOTE_ENVS_WITHOUT_TASKS, uses_remote_envs
 from rltrainer.core.exploration import Exploration
 from rltrainer.core.filters import NoFilter, make_filter
-from rltrainer.core.recurrent import RecurrentColumns
 from rltrainer.core.torch_compile import worker_compile_kwargs
 from rltrainer.env.apis.task_settable_env import TaskSettableEnv, carry_task, find_task_settable
 from rltrainer.env.env_checker import check_env
@@ -36,12 +35,13 @@ from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.recurrent_sampling import RecurrentInputs
 from rltrainer.env.registry import RestartOnCrash, make_env, register_env
+from rltrainer.env.rollout import EpisodeStats, Rollout
 from rltrainer.env.vector_env import make_vector_env
 from rltrainer.env.video import EpisodeVideos, video_role
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
 from rltrainer.errors import raised_at as _raised_at
 from rltrainer.models.catalog import ModelCatalog
-from rltrainer.offline.input_reader import make_offline_input
+from rltrainer.offline.offline_input import make_offline_input
 from rltrainer.offline.output_writer import make_output_writer
 from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.sample_batch import SampleBatch, written_columns
@@ -68,29 +68,6 @@ def _set_global_worker(runner: EnvRunner) -> None:
     current = get_global_worker()
     if not runner.in_evaluation or current is None or current.in_evaluation:
         _global_worker = weakref.ref(runner)
-
-
-class Rollout(NamedTuple):
-    """``T`` steps of ``N`` envs; every array is ``[T, N, ...]`` except ``last_obs``.
-
-    The observation after step t is ``obs[t + 1]`` (``last_obs`` after the last step);
-    after a step that ended an episode it is the episode's final observation.
-    """
-
-    obs: np.ndarray  # filtered, flattened observations
-    actions: np.ndarray  # the distribution's samples (before rescaling to the env's bounds)
-    action_logp: np.ndarray
-    rewards: np.ndarray  # after reward clipping
-    terminateds: np.ndarray
-    truncateds: np.ndarray
-    valid: np.ndarray  # False for next-step-autoreset steps and frozen envs
-    last_obs: np.ndarray  # [N, obs_size] filtered observations after the last step
-    recurrent: RecurrentColumns | None = None  # an LSTM policy's states, values and inputs
-
-    @property
-    def num_steps(self) -> int:
-        """Env steps that count (the valid ones)."""
-        return int(self.valid.sum())
 
 
 def inference_device(config: Any, worker_index: int) -> str:
@@ -150,14 +127,6 @@ class EnvStepError(EnvError):
         if isinstance(err, ValueError) and "shape" in str(err):  # gymnasium's batching of observations
             hint = f"; an observation does not fit the observation space {space}"
         return cls(f"env {env!r}: {call} raised {type(err).__name__}: {err}{where}{hint}")
-
-
-class EpisodeStats(NamedTuple):
-    episode_return: float
-    episode_len: int
-    custom_metrics: dict[str, float] | None = None  # set by callbacks (Episode.custom_metrics)
-    hist_data: dict[str, list[float]] | None = None
-    policy_returns: tuple[tuple[str, float], ...] | None = None  # multi-agent: (policy id, agent's return)
 
 
 def _not_task_settable(spec: Any, env: gym.Env, batched: bool) -> str:
@@ -773,8 +742,6 @@ class EnvRunner:
         Raises ``ConfigError`` naming the env when one is not: what ``env_task_fn`` needs.
         """
         if self._remote_envs():
-            from rltrainer.algorithms.algorithm_config import REMOTE_ENVS_WITHOUT_TASKS
-
             raise ConfigError(REMOTE_ENVS_WITHOUT_TASKS)
         sub_envs = self._sub_envs()
         found = [find_task_settable(env) for env in sub_envs]

@@ -39,9 +39,10 @@ from rltrainer.env.env_runner import (
 )
 from rltrainer.env.episode import index_obs
 from rltrainer.env.multi_agent_episode import AgentTrack, MultiAgentEpisode
-from rltrainer.env.registry import resolve_creator
+from rltrainer.env.registry import env_is_multi_agent, resolve_creator
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
-from rltrainer.offline.input_reader import Piece, rollout_from_pieces
+from rltrainer.offline.rows import Piece, rollout_from_pieces
+from rltrainer.policy import policy_class_of
 from rltrainer.policy_spec import PolicySpec, mapping_function, trainable_policies
 from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.import_paths import resolve_function
@@ -116,40 +117,6 @@ def make_multi_agent_env(env: Any, ctx: EnvContext) -> Any:
             f"env {env!r}: creating it raised {type(err).__name__}: {err}{_raised_at(err)}"
         ) from err
     return to_multi_agent_env(created)
-
-
-def env_is_multi_agent(env: Any) -> bool:
-    """Whether ``env`` makes multi-agent envs: a ``MultiAgentEnv`` class (or path), or a
-    registered creator that returned one (or a PettingZoo env) in this process. Nothing is
-    created here: a creator's first env tells ``EnvRunnerGroup`` (``MultiAgentEnvFoundError``)."""
-    import gymnasium as gym
-
-    from rltrainer.env.registry import registered_creators
-
-    if env is None or not isinstance(env, str | type):
-        return False
-    if isinstance(env, str) and env not in registered_creators() and (":" not in env or env in gym.registry):
-        return False  # a gymnasium id: single-agent, nothing to import or create
-    from rltrainer.env.multi_agent_env import MultiAgentEnv
-
-    if isinstance(env, type):
-        return issubclass(env, MultiAgentEnv)
-    if env in registered_creators():  # known once its creator made one (EnvRunnerGroup)
-        from rltrainer.env.registry import is_known_multi_agent
-
-        return is_known_multi_agent(env)
-    return _names_multi_agent_class(env)
-
-
-def _names_multi_agent_class(path: str) -> bool:
-    from rltrainer.env.multi_agent_env import MultiAgentEnv
-    from rltrainer.utils.import_paths import import_object
-
-    try:
-        obj = import_object(path)
-    except (ImportError, AttributeError, ValueError):
-        return False
-    return isinstance(obj, type) and issubclass(obj, MultiAgentEnv)
 
 
 class _ProbeEpisode:
@@ -286,7 +253,7 @@ class MultiAgentEnvRunner:
             if self.config.seed is None
             else self.config.seed + 1000 * self.worker_index + len(self.policy_map)
         )
-        policy_class = spec.resolved_class(self.config.get_policy_class())
+        policy_class = policy_class_of(spec, self.config.get_policy_class())
         try:
             policy = policy_class(spec.observation_space, spec.action_space, config, seed=seed)
         except ConfigError as err:

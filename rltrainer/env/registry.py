@@ -19,8 +19,9 @@ from rltrainer.env.apis.task_settable_env import carry_task
 from rltrainer.env.atari import AtariEnv, is_atari
 from rltrainer.env.env_checker import OldGymApi, uses_old_gym_api
 from rltrainer.env.env_context import EnvContext
-from rltrainer.env.multi_agent_contract import is_multi_agent_env
+from rltrainer.env.multi_agent_contract import MultiAgentEnv, is_multi_agent_env
 from rltrainer.errors import EnvError
+from rltrainer.utils.import_paths import import_object
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,29 @@ def note_multi_agent(env: Any) -> None:
     """Remember that ``env``'s creator returns a multi-agent env (e.g. found in another process)."""
     if isinstance(env, str):
         _MULTI_AGENT_NAMES.add(env)
+
+
+def env_is_multi_agent(env: Any) -> bool:
+    """Whether ``env`` makes multi-agent envs: a ``MultiAgentEnv`` class (or path), or a
+    registered creator that returned one (or a PettingZoo env) in this process. Nothing is
+    created here: a creator's first env tells ``EnvRunnerGroup`` (``MultiAgentEnvFoundError``)."""
+    if env is None or not isinstance(env, str | type):
+        return False
+    if isinstance(env, str) and env not in _REGISTRY and (":" not in env or env in gym.registry):
+        return False  # a gymnasium id: single-agent, nothing to import or create
+    if isinstance(env, type):
+        return issubclass(env, MultiAgentEnv)
+    if env in _REGISTRY:  # known once its creator made one (EnvRunnerGroup)
+        return is_known_multi_agent(env)
+    return _names_multi_agent_class(env)
+
+
+def _names_multi_agent_class(path: str) -> bool:
+    try:
+        obj = import_object(path)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(obj, type) and issubclass(obj, MultiAgentEnv)
 
 
 def _refuse_multi_agent(created: Any, env: Any) -> None:

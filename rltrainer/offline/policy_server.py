@@ -44,19 +44,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from rltrainer.env.rollout import EpisodeStats
 from rltrainer.errors import ConfigError
+from rltrainer.offline.input_sources import SERVER_CONFIG_DEFAULTS, IOContext
+from rltrainer.offline.rows import Piece, rollout_from_pieces
 
 logger = logging.getLogger(__name__)
 
-#: ``input_config`` keys of a policy server, with their defaults.
-SERVER_CONFIG_DEFAULTS: dict[str, Any] = {
-    "address": "127.0.0.1",
-    "port": 9900,
-    "token_env": "RLTRAINER_POLICY_SERVER_TOKEN",
-    "token_file": None,
-    "max_request_bytes": 1 << 20,
-    "max_queued_rows": 100_000,
-}
 #: Open episodes a server keeps; starting one more closes the oldest (abandoned ones, mostly).
 MAX_OPEN_EPISODES = 10_000
 COMMANDS = (
@@ -366,7 +360,6 @@ class PolicyService:
         return {}
 
     def _end_episode(self, request: dict[str, Any]) -> dict[str, Any]:
-        from rltrainer.env.env_runner import EpisodeStats
 
         episode = self._episode(request)
         truncated = bool(request.get("truncated", False))
@@ -413,7 +406,6 @@ class PolicyService:
         """Hand an episode's completed rows to the training side (a piece of its episode)."""
         if not episode.rows:
             return
-        from rltrainer.offline.input_reader import Piece
 
         obs, actions, logp, rewards, new_obs, terminateds, truncateds = zip(*episode.rows, strict=True)
         columns = {
@@ -444,7 +436,6 @@ class PolicyService:
     def next(self, num_rows: int, wait_log_s: float = 10.0) -> Any:
         """A ``Rollout`` of ``num_rows`` rows the clients' episodes completed; waits for them (open
         episodes give up the rows they completed, as pieces cut short)."""
-        from rltrainer.offline.input_reader import Piece, rollout_from_pieces
 
         with self.ready:
             waited = time.monotonic()
@@ -600,7 +591,6 @@ class PolicyServerInput(PolicyServer):
 def serve_runner(runner: Any, options: dict[str, Any]) -> PolicyServer:
     """The training server of an env runner (``input_="server"``): on ``port + worker_index - 1``
     for a remote runner (RLlib's convention), on ``port`` for the driver's."""
-    from rltrainer.offline.input_reader import IOContext
 
     settings = {key: options.get(key, default) for key, default in SERVER_CONFIG_DEFAULTS.items()}
     port = int(settings.pop("port")) + max(runner.worker_index - 1, 0)
