@@ -2,7 +2,7 @@
 
 Every ``import`` of every module counts, at module level or inside a function (a function's
 import runs too, only later), read from the source with ``ast``; imports under
-``if TYPE_CHECKING:`` count as well (a circle of types is a circle of the design). An arrow
+``if TYPE_CHECKING:`` do not (they never run: an annotation may name a higher layer). An arrow
 runs from a module to the ``rltrainer`` module it names: ``from rltrainer.env import registry``
 to ``rltrainer/env/registry.py``, ``from rltrainer.env import register_env`` to the package's
 ``__init__.py``. Loading by name (``importlib.import_module``, the algorithm registry's way of
@@ -61,15 +61,34 @@ def _imported_names(node: ast.Import | ast.ImportFrom, importer: str, is_package
     return [f"{base}.{alias.name}" for alias in node.names] + [base]
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run, at any depth (``if TYPE_CHECKING:`` bodies skipped)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return sorted(found, key=lambda node: node.lineno)
+
+
 def import_graph(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
     """``{module: {imported rltrainer module: line of the first such import}}``."""
     graph: dict[str, dict[str, int]] = {}
     for name, path in modules.items():
         arrows: dict[str, int] = {}
         tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Import | ast.ImportFrom):
-                continue
+        for node in _imports(tree):
             names = _imported_names(node, name, path.name == "__init__.py")
             targets = {_resolve(n, modules) for n in names if n.split(".")[0] == "rltrainer"}
             if isinstance(node, ast.ImportFrom) and len(names) > 1:
@@ -156,7 +175,8 @@ def test_the_check_sees_function_level_and_relative_imports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reader itself: a loop closed only by an import inside a function, or by a relative
-    import, or through a package's ``__init__``, is a circle; ``importlib`` loading is not."""
+    import, or through a package's ``__init__``, is a circle; ``importlib`` loading and
+    ``if TYPE_CHECKING:`` imports are not."""
     package = tmp_path / "rltrainer"
     (package / "sub").mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -167,11 +187,17 @@ def test_the_check_sees_function_level_and_relative_imports(
     (package / "sub" / "d.py").write_text("from rltrainer import c\n")
     (package / "e.py").write_text("import importlib\nimportlib.import_module('rltrainer.f')\n")
     (package / "f.py").write_text("import rltrainer.e\n")
+    g_lines = ["import typing", "if typing.TYPE_CHECKING:", "    from rltrainer import h", "else:"]
+    (package / "g.py").write_text("\n".join([*g_lines, "    from rltrainer import e", ""]))
+    h_lines = ["from typing import TYPE_CHECKING", "", "if TYPE_CHECKING:", "    import rltrainer.g", ""]
+    (package / "h.py").write_text("\n".join(h_lines))
     monkeypatch.setitem(globals(), "PACKAGE_DIR", package)
     graph = import_graph(all_modules())
     assert graph["rltrainer.a"] == {"rltrainer.sub.b": 2}
     assert graph["rltrainer.sub.b"] == {"rltrainer.a": 1}
     assert graph["rltrainer.c"] == {"rltrainer.sub": 1}
+    assert graph["rltrainer.g"] == {"rltrainer.e": 5}
+    assert graph["rltrainer.h"] == {}
     assert circles(graph) == [["rltrainer.a", "rltrainer.sub.b"]]
     assert one_loop(graph, ["rltrainer.a", "rltrainer.sub.b"]) == [
         "rltrainer.a -> rltrainer.sub.b (line 2)",
