@@ -30,7 +30,7 @@ from bench.common import median, print_json_line
 from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.env.env_context import EnvContext
-from rltrainer.env.registry import make_vector_env
+from rltrainer.env.vector_env import make_vector_env
 
 
 def ceiling(env_id: str, num_envs: int, seconds: float) -> float:

@@ -3,11 +3,11 @@
 from typing import TYPE_CHECKING
 
 from rltrainer.utils.lazy import lazy_exports
+from rltrainer.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from rltrainer.tune.logger import pretty_print
 
-__version__ = "0.1.0"
 __all__ = ["pretty_print"]
 __getattr__ = lazy_exports(__name__, {"pretty_print": "rltrainer.tune.logger"})
 

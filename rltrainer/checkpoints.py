@@ -43,7 +43,7 @@ METADATA_FILE = "rltrainer_checkpoint.json"
 def library_versions() -> dict[str, str]:
     import gymnasium
 
-    from rltrainer import __version__
+    from rltrainer.version import __version__
 
     return {
         "rltrainer": __version__,

@@ -10,17 +10,16 @@ from gymnasium import spaces
 
 from rltrainer.core.action_masks import valid_actions
 from rltrainer.core.composite_actions import CompositeActions, is_composite
-from rltrainer.core.distributions import ActionDistribution, Categorical, dist_class_for
+from rltrainer.core.distributions import ActionDistribution, Categorical
 from rltrainer.core.exploration import Exploration, StochasticSampling, make_exploration
-from rltrainer.core.models import ActorCritic, NumpyMLP, torch_inference
+from rltrainer.core.filters import make_filter
+from rltrainer.core.models import NumpyMLP, torch_inference
+from rltrainer.core.tensors import as_tensor
 from rltrainer.env.preprocessors import Preprocessor
-from rltrainer.errors import ConfigError
-from rltrainer.policy_spec import PolicySpec
-
-
-def as_tensor(value: Any) -> torch.Tensor:
-    """A tensor from a tensor or array; arrays are copied (Ray's object store hands out read-only ones)."""
-    return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value))
+from rltrainer.errors import CheckpointError, ConfigError
+from rltrainer.policy_models import PolicyModels
+from rltrainer.policy_spec import PolicySpec, parse_policies
+from rltrainer.utils.import_paths import import_object
 
 
 def pack_state(state: Any, rows: int) -> np.ndarray | None:
@@ -36,7 +35,7 @@ def pack_state(state: Any, rows: int) -> np.ndarray | None:
         raise ValueError(f"an LSTM's state is a list of equally shaped arrays; got shapes {shapes}") from None
 
 
-class Policy:
+class Policy(PolicyModels):
     """Computes actions from flat observations; holds the torch ``model`` and ``dist_class``.
 
     For Box actions with ``normalize_actions`` the distribution lives in [-1, 1] and
@@ -44,7 +43,8 @@ class Policy:
 
     Algorithms supply their own policy by subclassing (``Algorithm.policy_class``) and
     overriding ``make_model`` (the torch module the learner trains; its ``numpy_policy()``
-    maps observations to distribution inputs) and ``make_dist_class``. Actions come from the
+    maps observations to distribution inputs) and ``make_dist_class`` (``PolicyModels``, in
+    ``rltrainer.policy_models``, builds the default ones). Actions come from the
     ``exploration`` object built from the config's ``exploration_config``.
     """
 
@@ -95,147 +95,6 @@ class Policy:
         self._compile_kwargs: dict[str, Any] | None = None
         self._set_inference()
 
-    # --- what subclasses override ------------------------------------------------------
-    def make_dist_class(self) -> type:
-        """The action distribution class over the network's outputs."""
-        return dist_class_for(self.action_space)
-
-    def make_model(self) -> torch.nn.Module:
-        """The module the learner trains and env runners act with (PPO): a custom model's
-        ``CustomActorCritic``, an ``EncoderActorCritic`` over a conv stack for image
-        observations, else the ``ActorCritic`` MLP; masked (``MaskedActorCritic``) when the
-        observation holds an action mask."""
-        if self.config.model.use_lstm:
-            return self.make_recurrent_model()  # masks its logits itself (they are [B, L, n] in training)
-        model = self.make_unmasked_model()
-        if self._mask_columns is None:
-            return model
-        from rltrainer.core.action_masks import MaskedActorCritic
-
-        return MaskedActorCritic(model, self._mask_columns)
-
-    def action_mask_columns(self) -> slice | None:
-        """The action mask's columns in the observation row (``None``: no mask)."""
-        from rltrainer.core.action_masks import mask_columns
-
-        return mask_columns(self.observation_space, self.action_space, self.config.model.action_mask_key)
-
-    def make_unmasked_model(self) -> torch.nn.Module:
-        model = self.config.model
-        num_outputs = self.dist_class.required_inputs(self.action_space)
-        free_log_std = isinstance(self.action_space, spaces.Box) and model.free_log_std
-        if model.custom_model is not None:
-            from rltrainer.models.torch.adapter import CustomActorCritic
-
-            return CustomActorCritic(
-                self.observation_space, self.action_space, self.preprocessor.size, num_outputs, model
-            )
-        encoder = self.make_encoder()
-        if encoder is not None:
-            from rltrainer.core.encoders import EncoderActorCritic
-
-            return EncoderActorCritic(encoder, num_outputs, model.vf_share_layers, free_log_std)
-        return ActorCritic(
-            obs_size=self.preprocessor.size,
-            num_outputs=num_outputs,
-            hiddens=list(model.fcnet_hiddens),
-            activation=model.fcnet_activation,
-            vf_share_layers=model.vf_share_layers,
-            free_log_std=free_log_std,
-        )
-
-    def make_recurrent_model(self) -> torch.nn.Module:
-        """``use_lstm``: the encoder (MLP, or conv stack for images) under an LSTM
-        (``RecurrentActorCritic``)."""
-        from rltrainer.core.recurrent import MLPEncoder, RecurrentActorCritic
-
-        model = self.config.model
-        if model.custom_model is not None:
-            raise ConfigError(
-                "model.use_lstm wraps the built-in encoders; a custom_model keeps its own state: "
-                "remove use_lstm or custom_model"
-            )
-        make_encoder = self.make_encoder()
-        if make_encoder is None:
-
-            def make_encoder() -> torch.nn.Module:
-                return MLPEncoder(self.preprocessor.size, list(model.fcnet_hiddens), model.fcnet_activation)
-
-        return RecurrentActorCritic(
-            make_encoder(),
-            self.action_space,
-            self.dist_class.required_inputs(self.action_space),
-            model.lstm_cell_size,
-            model.lstm_use_prev_action,
-            model.lstm_use_prev_reward,
-            free_log_std=isinstance(self.action_space, spaces.Box) and model.free_log_std,
-            mask_columns=self._mask_columns,
-            # the value function's own encoder and LSTM unless it shares the policy's
-            vf_encoder=None if model.vf_share_layers else make_encoder(),
-        )
-
-    def make_feature_encoder(self) -> Any:
-        """A factory of encoders for algorithms that put their own heads on the features (DQN's
-        Q head, SAC's actor and critics): the custom model's outputs (``CustomEncoder``), else
-        ``make_encoder()``'s (``None``: the heads read the flat observation)."""
-        model = self.config.model
-        if model.custom_model is None:
-            return self.make_encoder()
-        from functools import partial
-
-        from rltrainer.models.torch.adapter import CustomEncoder
-
-        size = self.preprocessor.size
-        return partial(CustomEncoder, self.observation_space, self.action_space, size, model)
-
-    def make_encoder(self) -> Any:
-        """A factory of encoder modules for observations the MLP does not read (image frames:
-        ``ConvEncoder``; Dict/Tuple spaces holding images: ``ComplexEncoder``), or ``None`` for
-        flat observations."""
-        from rltrainer.models.conv_filters import conv_layers, image_parts, is_image_space
-
-        model = self.config.model
-        images = image_parts(self.observation_space)
-        if images:
-            for path, image in images:  # ConfigError before any module is built, naming the part
-                try:
-                    conv_layers(image, model.conv_filters)
-                except ConfigError as err:
-                    raise ConfigError(f"observation part {path!r} {image}: {err}") from None
-
-            def complex_encoder() -> torch.nn.Module:
-                from rltrainer.core.encoders import ComplexEncoder
-
-                return ComplexEncoder(self.observation_space, model)
-
-            return complex_encoder
-        if not is_image_space(self.observation_space):
-            return None
-        conv_layers(self.observation_space, model.conv_filters)  # ConfigError before any module is built
-
-        def conv_encoder() -> torch.nn.Module:
-            from rltrainer.core.encoders import ConvEncoder
-
-            return ConvEncoder(
-                self.observation_space,
-                model.conv_filters,
-                model.conv_activation,
-                list(model.post_fcnet_hiddens),
-                model.post_fcnet_activation,
-            )
-
-        return conv_encoder
-
-    #: Whether the model has a state-value head (``vf_preds`` in the extra fetches): PPO's.
-    has_value_function = True
-
-    def extra_fetches(self, flat_obs: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """What ``compute_single_action(full_fetch=True)`` returns besides the action."""
-        fetches = {"action_logp": out["action_logp"], "action_dist_inputs": out["action_dist_inputs"]}
-        if self.has_value_function:
-            fetches["vf_preds"] = out["vf_preds"] if "vf_preds" in out else self.compute_values(flat_obs)
-        return fetches
-
     @classmethod
     def from_checkpoint(
         cls,
@@ -253,9 +112,7 @@ class Policy:
         ``policy_id`` that one policy."""
         from rltrainer.algorithms.registry import get_config_class
         from rltrainer.checkpoint_store import checkpoint_uri, open_checkpoint
-        from rltrainer.core.filters import make_filter
         from rltrainer.env.spaces import space_from_json
-        from rltrainer.errors import CheckpointError
 
         path = checkpoint_uri(checkpoint_path)
         with open_checkpoint(path, storage_options) as checkpoint:
@@ -265,8 +122,6 @@ class Policy:
             except ConfigError as err:
                 raise CheckpointError(f"checkpoint {path!r} has an invalid config: {err}") from None
             if "policies" in meta:  # multi-agent: one file set per policy
-                from rltrainer.algorithms.multi_agent import load_policy
-
                 if policy_id is not None:
                     return load_policy(checkpoint, policy_id, config)
                 return {pid: load_policy(checkpoint, pid, config) for pid in policy_ids or meta["policies"]}
@@ -551,4 +406,56 @@ class Policy:
         return None
 
 
-__all__ = ["Policy", "PolicySpec", "as_tensor", "pack_state"]
+# --- multi-agent checkpoints: the files of each policy ----------------------------------
+def policy_file(policy_id: str) -> str:
+    return f"policy_{policy_id}.safetensors"
+
+
+def optimizer_file(policy_id: str) -> str:
+    return f"optimizer_{policy_id}.safetensors"
+
+
+def filter_file(policy_id: str) -> str:
+    return f"filter_{policy_id}.npz"
+
+
+def policy_class_of(spec: PolicySpec, default: type) -> type[Policy]:
+    """The policy class of ``spec``: ``default`` (the algorithm's) when it names none; a path is
+    imported; ``ConfigError`` unless it is a ``Policy`` subclass."""
+    cls = spec.policy_class
+    if cls is None:
+        return default
+    if isinstance(cls, str):
+        try:
+            cls = import_object(cls)
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ConfigError(
+                f"multi_agent(): cannot import policy_class {spec.policy_class!r} ({err})"
+            ) from None
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise ConfigError(
+            f"multi_agent(): policy_class {spec.policy_class!r} is not a rltrainer.policy.Policy subclass"
+        )
+    return cls
+
+
+def load_policy(checkpoint: Any, policy_id: str, config: Any) -> Any:
+    """Policy ``policy_id`` of a multi-agent checkpoint, with its weights and filter."""
+    specs = parse_policies(checkpoint.metadata["policies"])
+    if policy_id not in specs:
+        raise CheckpointError(
+            f"checkpoint {checkpoint.source!r} has no policy {policy_id!r}; policies: {', '.join(specs)}"
+        )
+    spec = specs[policy_id]
+    policy_config = config.policy_config(policy_id)
+    policy = policy_class_of(spec, config.get_policy_class())(
+        spec.observation_space, spec.action_space, policy_config
+    )
+    policy.set_weights(checkpoint.tensors(policy_file(policy_id)))
+    observation_filter = make_filter(policy_config.observation_filter, policy.preprocessor.size)
+    observation_filter.set_state(checkpoint.arrays(filter_file(policy_id)))
+    policy.observation_filter = observation_filter
+    return policy
+
+
+__all__ = ["Policy", "PolicySpec", "as_tensor", "load_policy", "pack_state", "policy_class_of"]

@@ -16,7 +16,7 @@ from typing import Any
 from gymnasium import spaces
 
 from rltrainer.errors import ConfigError
-from rltrainer.utils.import_paths import import_object, object_path, resolve_function
+from rltrainer.utils.import_paths import object_path, resolve_function
 
 DEFAULT_POLICY_ID = "default_policy"
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.-]+")
@@ -49,26 +49,6 @@ class PolicySpec:
             "action_space": None if self.action_space is None else space_to_json(self.action_space),
             "config": dict(self.config),
         }
-
-    def resolved_class(self, default: type) -> type:
-        """The policy class: ``default`` (the algorithm's) when none is given; a path is imported."""
-        cls = self.policy_class
-        if cls is None:
-            return default
-        if isinstance(cls, str):
-            try:
-                cls = import_object(cls)
-            except (ImportError, AttributeError, ValueError) as err:
-                raise ConfigError(
-                    f"multi_agent(): cannot import policy_class {self.policy_class!r} ({err})"
-                ) from None
-        from rltrainer.policy import Policy
-
-        if not (isinstance(cls, type) and issubclass(cls, Policy)):
-            raise ConfigError(
-                f"multi_agent(): policy_class {self.policy_class!r} is not a rltrainer.policy.Policy subclass"
-            )
-        return cls
 
 
 def parse_policies(value: Any) -> dict[str, PolicySpec] | None:

@@ -351,7 +351,7 @@ def test_each_remote_runner_serves_on_its_own_port(tmp_path: Path) -> None:
 
 def test_clients_faster_than_training_keep_the_freshest_steps() -> None:
     from rltrainer.core.filters import NoFilter
-    from rltrainer.offline.policy_server import PolicyService, _Policy
+    from rltrainer.offline.policy_service import PolicyService, _Policy
 
     policy = Policy(CARTPOLE.observation_space, CARTPOLE.action_space, PPOConfig().environment("CartPole-v1"))
     service = PolicyService(

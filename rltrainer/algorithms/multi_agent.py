@@ -19,6 +19,7 @@ from rltrainer.core.multi_agent_learner_group import MultiAgentLearnerGroup
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.models.catalog import ModelCatalog
+from rltrainer.policy import filter_file, load_policy, optimizer_file, policy_class_of, policy_file
 from rltrainer.policy_spec import PolicySpec, parse_policies, trainable_policies
 
 
@@ -51,7 +52,7 @@ def build_learners(algo: Any, device: str) -> MultiAgentLearnerGroup:
             spec.action_space,
             config,
             custom_models=ModelCatalog.registered(),
-            policy_class=spec.resolved_class(algo.config.get_policy_class()),
+            policy_class=policy_class_of(spec, algo.config.get_policy_class()),
         )
         return LearnerGroup(factory, config, algo._placement, device)
 
@@ -74,18 +75,6 @@ def policy_metrics(episodes: Any) -> dict[str, Any]:
 
 
 # --- checkpoints ------------------------------------------------------------------------------
-def policy_file(policy_id: str) -> str:
-    return f"policy_{policy_id}.safetensors"
-
-
-def optimizer_file(policy_id: str) -> str:
-    return f"optimizer_{policy_id}.safetensors"
-
-
-def filter_file(policy_id: str) -> str:
-    return f"filter_{policy_id}.npz"
-
-
 def checkpoint_parts(algo: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """``(metadata, tensors, arrays)`` of a multi-agent checkpoint: every policy's weights in
     ``policy_<id>.safetensors`` (the trainable ones' optimizer state beside them), the
@@ -150,27 +139,6 @@ def restore(algo: Any, checkpoint: Any) -> None:
         for name, value in checkpoint.arrays(filter_file(pid)).items():
             filters[f"{pid}/{name}"] = value
     algo.env_runner_group.set_filter_state(filters)
-
-
-def load_policy(checkpoint: Any, policy_id: str, config: Any) -> Any:
-    """Policy ``policy_id`` of a multi-agent checkpoint, with its weights and filter."""
-    from rltrainer.core.filters import make_filter
-
-    specs = parse_policies(checkpoint.metadata["policies"])
-    if policy_id not in specs:
-        raise CheckpointError(
-            f"checkpoint {checkpoint.source!r} has no policy {policy_id!r}; policies: {', '.join(specs)}"
-        )
-    spec = specs[policy_id]
-    policy_config = config.policy_config(policy_id)
-    policy = spec.resolved_class(config.get_policy_class())(
-        spec.observation_space, spec.action_space, policy_config
-    )
-    policy.set_weights(checkpoint.tensors(policy_file(policy_id)))
-    observation_filter = make_filter(policy_config.observation_filter, policy.preprocessor.size)
-    observation_filter.set_state(checkpoint.arrays(filter_file(policy_id)))
-    policy.observation_filter = observation_filter
-    return policy
 
 
 # --- policies at run time -------------------------------------------------------------------

@@ -6,8 +6,9 @@ algorithms; ``ALGORITHM_KEYS`` those of each algorithm rltrainer has. A key insi
 setting is written ``parent.key``. ``describe`` sorts a key with the tables of
 ``rltrainer.algorithms.aliases``: the same setting, another name of one, a switch with no
 effect here, or a setting rltrainer has one value of. ``markdown()`` renders the table of
-``docs/migrating/tuned-example-keys.md`` (regenerate it with ``python -m rltrainer.algorithms.tuned_example_keys
-> docs/migrating/tuned-example-keys.md``; a test checks the page matches).
+``docs/migrating/tuned-example-keys.md`` (regenerate it with
+``python -m rltrainer.algorithms.tuned_example_keys > docs/migrating/tuned-example-keys.md``; a
+test checks the page matches).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import math
 import numba
 import numpy as np
 
-from rltrainer.core.compiled import ACTIVATION_CODES
+from rltrainer.core.kernel_codes import ACTIVATION_CODES
 
 RELU, TANH = ACTIVATION_CODES["relu"], ACTIVATION_CODES["tanh"]  # anything else: linear
 

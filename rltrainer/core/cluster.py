@@ -118,6 +118,14 @@ def uses_remote_envs(config: Any) -> bool:
     return bool(config.remote_worker_envs) and config.num_envs_per_env_runner > 1
 
 
+#: ``env_task_fn`` sets tasks on env objects, which remote envs keep in their actors.
+REMOTE_ENVS_WITHOUT_TASKS = (
+    "env_task_fn sets tasks on the env runners' sub-env objects, but with remote_worker_envs=True "
+    "they live in actors of their own: set remote_worker_envs=False (or num_envs_per_env_runner=1) "
+    "or remove env_task_fn"
+)
+
+
 def init_ray(config: Any) -> None:
     """Connect to Ray unless connected: ``RAY_ADDRESS`` if set, else a local instance.
 

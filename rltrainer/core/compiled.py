@@ -21,6 +21,8 @@ from types import ModuleType
 
 import numpy as np
 
+from rltrainer.core.kernel_codes import ACTIVATION_CODES
+
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "RLTRAINER_COMPILED_INFERENCE"
@@ -28,8 +30,6 @@ ENV_VAR = "RLTRAINER_COMPILED_INFERENCE"
 # would take hundreds of thousands of calls to pay back loading numba (~0.5 s per process).
 # compute_single_action, evaluation with few envs and short runs never load it.
 MIN_BATCH = 32
-# Activations the kernels implement (others run in numpy), by the kernels' codes.
-ACTIVATION_CODES = {"linear": 0, "relu": 1, "tanh": 2}
 
 
 @functools.cache
@@ -39,7 +39,7 @@ def kernels() -> ModuleType | None:
         return None
     if importlib.util.find_spec("numba") is None or importlib.util.find_spec("scipy") is None:
         return None  # numba's matrix products call SciPy's BLAS
-    try:
+    try:  # imported here, not above: numba is optional and takes ~0.5 s to load
         from rltrainer.core import _numba_kernels
     except Exception as err:  # noqa: BLE001 - e.g. a numba built for another numpy
         logger.warning("numba is installed but failed to import (%s); inference runs in numpy", err)

@@ -343,21 +343,3 @@ def _logp_of_last(dist: Categorical | DiagGaussian) -> torch.Tensor:
 def _rows(size: int) -> np.ndarray:
     """``arange(size)`` for fancy indexing one element per row, built once per batch size."""
     return np.arange(size)
-
-
-def dist_class_for(space: spaces.Space) -> type:
-    """The distribution class for an action space."""
-    if isinstance(space, spaces.Discrete):
-        return Categorical
-    if isinstance(space, spaces.Box):
-        return DiagGaussian
-    if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
-        return multi_categorical(tuple(int(n) for n in nvec_of(space)))
-    if isinstance(space, (spaces.Dict, spaces.Tuple)):
-        from rltrainer.core.composite_actions import multi_action
-
-        return multi_action(space)
-    raise ValueError(
-        f"unsupported action space {space}: use Discrete, MultiDiscrete, MultiBinary, Box, "
-        "or Dict/Tuple of those"
-    )

@@ -18,8 +18,8 @@ from torch import nn
 
 from rltrainer.algorithms.callbacks import call_hook, make_callbacks, overrides
 from rltrainer.core.optim import Adam, FlatParameters
+from rltrainer.core.tensors import as_tensor
 from rltrainer.errors import NumericalError
-from rltrainer.policy import as_tensor
 from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.sample_batch import SampleBatch, written_columns
 from rltrainer.utils.schedules import PiecewiseSchedule

@@ -3,7 +3,8 @@
 from rltrainer.env.apis.task_settable_env import TaskSettableEnv
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.multi_agent_env import MultiAgentEnv, make_multi_agent
-from rltrainer.env.registry import make_env, make_vector_env, register_env, registered_envs
+from rltrainer.env.registry import make_env, register_env, registered_envs
+from rltrainer.env.vector_env import make_vector_env
 
 __all__ = [
     "EnvContext",

@@ -13,110 +13,39 @@ observation, which is what a truncated episode bootstraps from.
 from __future__ import annotations
 
 import logging
-import os
-import weakref
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
-import gymnasium as gym
 import numpy as np
 
-from rltrainer.algorithms.callbacks import EPISODE_HOOKS, call_hook, make_callbacks, overrides
+from rltrainer.algorithms.callbacks import EPISODE_HOOKS, call_hook, overrides
 from rltrainer.core import compiled
-from rltrainer.core.cluster import uses_remote_envs
 from rltrainer.core.exploration import Exploration
-from rltrainer.core.filters import NoFilter, make_filter
-from rltrainer.core.recurrent import RecurrentColumns
-from rltrainer.core.torch_compile import worker_compile_kwargs
-from rltrainer.env.apis.task_settable_env import TaskSettableEnv, carry_task, find_task_settable
-from rltrainer.env.env_checker import check_env
-from rltrainer.env.env_context import EnvContext
+from rltrainer.core.filters import NoFilter
+from rltrainer.env.env_runner_core import (
+    EnvRunnerCore,
+    EnvStepError,
+    EpisodePlan,
+    fake_gpu_inference,
+    get_global_worker,
+    inference_device,
+    prepare_runner_process,
+)
 from rltrainer.env.episode import EpisodeTracker
 from rltrainer.env.finite_guard import FiniteGuard
 from rltrainer.env.recurrent_sampling import RecurrentInputs
-from rltrainer.env.registry import RestartOnCrash, make_env, make_vector_env, register_env
-from rltrainer.env.video import EpisodeVideos, video_role
-from rltrainer.errors import ConfigError, EnvError, RLTrainerError
-from rltrainer.errors import raised_at as _raised_at
-from rltrainer.models.catalog import ModelCatalog
-from rltrainer.offline.input_reader import make_offline_input
+from rltrainer.env.registry import RestartOnCrash
+from rltrainer.env.rollout import EpisodeStats, Rollout
+from rltrainer.env.runner_envs import RunnerEnvs
+from rltrainer.errors import ConfigError, EnvError
+from rltrainer.offline.offline_input import make_offline_input
 from rltrainer.offline.output_writer import make_output_writer
-from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.sample_batch import SampleBatch, written_columns
 
 logger = logging.getLogger(__name__)
 
 _CRASHED_MASK = "_" + RestartOnCrash.CRASHED  # SyncVectorEnv's info mask of recreated envs
-
-_noted_single_remote_env = False  # remote_worker_envs with one env per runner was logged
-
-# The env runner of this process (RLlib's global worker): the newest training runner made here,
-# else the newest evaluation runner.
-_global_worker: weakref.ref[EnvRunner] | None = None
-
-
-def get_global_worker() -> EnvRunner | None:
-    """The env runner of the current process: in the driver its local (training) one, in an
-    env-runner actor that actor's runner (RLlib's ``get_global_worker()``)."""
-    return _global_worker() if _global_worker is not None else None
-
-
-def _set_global_worker(runner: EnvRunner) -> None:
-    global _global_worker  # noqa: PLW0603 - one per process, as RLlib's
-    current = get_global_worker()
-    if not runner.in_evaluation or current is None or current.in_evaluation:
-        _global_worker = weakref.ref(runner)
-
-
-class Rollout(NamedTuple):
-    """``T`` steps of ``N`` envs; every array is ``[T, N, ...]`` except ``last_obs``.
-
-    The observation after step t is ``obs[t + 1]`` (``last_obs`` after the last step);
-    after a step that ended an episode it is the episode's final observation.
-    """
-
-    obs: np.ndarray  # filtered, flattened observations
-    actions: np.ndarray  # the distribution's samples (before rescaling to the env's bounds)
-    action_logp: np.ndarray
-    rewards: np.ndarray  # after reward clipping
-    terminateds: np.ndarray
-    truncateds: np.ndarray
-    valid: np.ndarray  # False for next-step-autoreset steps and frozen envs
-    last_obs: np.ndarray  # [N, obs_size] filtered observations after the last step
-    recurrent: RecurrentColumns | None = None  # an LSTM policy's states, values and inputs
-
-    @property
-    def num_steps(self) -> int:
-        """Env steps that count (the valid ones)."""
-        return int(self.valid.sum())
-
-
-def inference_device(config: Any, worker_index: int) -> str:
-    """Where a runner's policy acts: CUDA when the config gives env runners GPUs
-    (``num_gpus_per_env_runner > 0``; the local runner too when it samples, i.e. with
-    ``num_env_runners=0``) and torch sees one, else the CPU (numpy inference)."""
-    if config.num_gpus_per_env_runner <= 0 or (worker_index == 0 and config.num_env_runners > 0):
-        return "cpu"
-    if config.fake_gpus:  # the GPU's code path, on the CPU (gpu_code_path)
-        return "cpu"
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    logger.warning(
-        "num_gpus_per_env_runner=%s but torch sees no GPU in env runner %d; inference runs on the CPU",
-        config.num_gpus_per_env_runner,
-        worker_index,
-    )
-    return "cpu"
-
-
-def fake_gpu_inference(config: Any, worker_index: int) -> bool:
-    """``fake_gpus`` with GPUs given to this env runner: it acts through the GPU's code path."""
-    return bool(config.fake_gpus and config.num_gpus_per_env_runner > 0) and not (
-        worker_index == 0 and config.num_env_runners > 0
-    )
 
 
 def _stack_steps(steps: list[np.ndarray]) -> np.ndarray:
@@ -136,89 +65,19 @@ class _Step(NamedTuple):
     valid: np.ndarray
 
 
-class EnvStepError(EnvError):
-    """An env raised in ``reset()`` or ``step()`` (the original error is its ``__cause__``).
-
-    Its message is one line: the env, the call, the error and where in the user's code it was
-    raised (``file:line in function``), so the CLI can say it without a traceback."""
-
-    @classmethod
-    def of(cls, env: Any, call: str, err: Exception, space: Any) -> EnvStepError:
-        where = _raised_at(err)
-        hint = ""
-        if isinstance(err, ValueError) and "shape" in str(err):  # gymnasium's batching of observations
-            hint = f"; an observation does not fit the observation space {space}"
-        return cls(f"env {env!r}: {call} raised {type(err).__name__}: {err}{where}{hint}")
-
-
-class EpisodeStats(NamedTuple):
-    episode_return: float
-    episode_len: int
-    custom_metrics: dict[str, float] | None = None  # set by callbacks (Episode.custom_metrics)
-    hist_data: dict[str, list[float]] | None = None
-    policy_returns: tuple[tuple[str, float], ...] | None = None  # multi-agent: (policy id, agent's return)
-
-
-def _not_task_settable(spec: Any, env: gym.Env, batched: bool) -> str:
-    """What ``env_task_fn`` needs, said about an env that is not a ``TaskSettableEnv``."""
-    name = f"{spec.__module__}:{spec.__qualname__}" if isinstance(spec, type) else spec
-    why = (
-        " (a gymnasium id with a vector_entry_point is stepped as one batched env, which has no "
-        "sub-envs to set tasks on)"
-        if batched
-        else ""
-    )
-    return (
-        "environment(): env_task_fn needs envs that are rltrainer.env.TaskSettableEnv subclasses "
-        f"(with get_task() and set_task(task)), but env {name!r} creates "
-        f"{type(env.unwrapped).__name__}{why}; subclass TaskSettableEnv or remove env_task_fn"
-    )
-
-
-def prepare_runner_process(
-    config: Any, remote: bool, env_creators: dict[str, Any] | None, custom_models: dict[str, type] | None
-) -> None:
-    """What an env runner's process needs before it makes envs: the driver's ``register_env`` and
-    ``register_custom_model`` entries (they are per process, so remote runners receive them) and,
-    in a remote runner, ``extra_python_environs_for_worker``."""
-    for name, creator in (env_creators or {}).items():
-        register_env(name, creator)
-    ModelCatalog.register_all(custom_models)
-    if remote:
-        os.environ.update(config.extra_python_environs_for_worker)
-
-
-class EnvRunner:
+class EnvRunner(RunnerEnvs, EnvRunnerCore):
     """Samples rollouts from vectorized envs; the config decides envs, filter and batch mode."""
 
-    def __init__(
-        self,
-        config: Any,
-        worker_index: int = 0,
-        num_workers: int = 0,
-        remote: bool = False,
-        env_creators: dict[str, Any] | None = None,
-        in_evaluation: bool = False,
-        custom_models: dict[str, type] | None = None,
-    ) -> None:
-        """``in_evaluation``: a runner of the evaluation group (``policy_config["in_evaluation"]``)."""
-        prepare_runner_process(config, remote, env_creators, custom_models)
-        self.config = config
-        self.in_evaluation = in_evaluation
-        self._policy_config: dict[str, Any] | None = None
-        apply_debugging(config, seed_offset=1000 * worker_index)  # log level; seeds in an actor
-        self.worker_index = worker_index
-        self._ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
-        self.callbacks = make_callbacks(config.callbacks_class)
-        self._where = f" in env runner {worker_index}"  # for callback errors
+    def _build(self) -> None:
+        """Make the envs and the policy (``EnvRunnerCore.__init__`` calls this after the set-up)."""
+        config, worker_index, in_evaluation = self.config, self.worker_index, self.in_evaluation
         self.env = self._make_envs()
         self.num_envs = self.env.num_envs
         self.observation_space = config.observation_space or self.env.single_observation_space
         self.action_space = config.action_space or self.env.single_action_space
         try:
-            seed = None if config.seed is None else config.seed + 1000 * worker_index
             policy_class = config.get_policy_class()  # the algorithm's Policy subclass
-            self.policy = policy_class(self.observation_space, self.action_space, config, seed=seed)
+            self.policy = policy_class(self.observation_space, self.action_space, config, seed=self._seed())
         except ConfigError:
             raise
         except ValueError as err:
@@ -230,15 +89,8 @@ class EnvRunner:
             and config.env is not None
         ):
             self._check_env()  # once, in the driver, before any runner samples (spaces known good)
-        self.policy.exploration.set_worker(worker_index, num_workers)
-        self.policy.set_device(
-            inference_device(config, worker_index),
-            gpu_code_path=fake_gpu_inference(config, worker_index),
-            compile_kwargs=worker_compile_kwargs(config),
-        )
-        self.filter = make_filter(config.observation_filter, self.policy.preprocessor.size)
+        self.filter = self._place_policy(self.policy, config)
         self._unfiltered = type(self.filter) is NoFilter  # (MeanStdFilter subclasses it)
-        self.policy.observation_filter = self.filter
         # An LSTM policy's per-env state and previous action/reward (None: a stateless policy).
         self._recurrent = None
         if self.policy.recurrent:
@@ -272,7 +124,6 @@ class EnvRunner:
             self._tracker = EpisodeTracker(self, self.callbacks)
         self._calls_sample_end = overrides(self.callbacks, "on_sample_end")
         self._postprocesses_rollouts = hasattr(self.policy.exploration, "postprocess_rollout")
-        _set_global_worker(self)
 
     # --- sampling ------------------------------------------------------------------
     def sample(self, explore: bool | None = None) -> tuple[Rollout, list[EpisodeStats]]:
@@ -329,143 +180,10 @@ class EnvRunner:
             for stats, episode in zip(episodes, tracked, strict=True)
         ]
 
-    def _recreate_envs(self) -> None:
-        failed = self._sub_envs()
-        try:
-            self.env.close()
-        except Exception:  # noqa: BLE001 - a broken env may fail to close too
-            logger.debug("closing a failed env raised", exc_info=True)
-        self.env = self._make_envs()
-        for old, new in zip(failed, self._sub_envs(), strict=True):
-            carry_task(old, new)  # TaskSettableEnvs keep their (curriculum) tasks
-        self._obs = None
-
-    def _check_env(self) -> None:
-        """RLlib's env check at build (``rltrainer.env.env_checker``) on the first env copy
-        (sampling resets it before use), or, for a natively batched env or remote sub-envs
-        (``remote_worker_envs``), on one more env made here."""
-        copies = getattr(self.env, "envs", None)
-        env = copies[0] if copies else make_env(self.config.env, self._ctx)
-        if isinstance(env, EpisodeVideos):  # the check's reset and step are no episode to record
-            env = env.env
-        try:
-            mask_key = self.config.model.action_mask_key
-            check_env(env, self.config.env_name, seed=self.config.seed or 0, action_mask_key=mask_key)
-        finally:
-            if not copies:
-                env.close()
-
-    def _make_envs(self) -> gym.vector.VectorEnv:
-        if self.config.env is None:  # trains from input_ only (the config checked the spaces)
-            from rltrainer.env.no_env import NoEnv
-
-            return NoEnv(
-                self.config.observation_space, self.config.action_space, self.config.num_envs_per_env_runner
-            )
-        per_env = overrides(self.callbacks, "on_sub_environment_created")
-        remote = self._remote_envs()
-        render_mode = video_role(self.config, self.worker_index, self._ctx.num_workers)
-        if remote and render_mode is not None:
-            raise ConfigError(
-                "record_env/render_env show the first sub-env, and with remote_worker_envs=True it lives "
-                "in an actor of its own: set remote_worker_envs=False to record or render"
-            )
-        if remote and per_env:
-            raise ConfigError(
-                f"{type(self.callbacks).__name__}.on_sub_environment_created gets each sub-env object, but "
-                "with remote_worker_envs=True they live in actors of their own: set remote_worker_envs=False "
-                "or use on_environment_created (its env's actors attribute holds the actors)"
-            )
-        try:
-            env = make_vector_env(
-                self.config.env,
-                self._ctx,
-                self.config.num_envs_per_env_runner,
-                restart_failed=self.config.restart_failed_sub_environments,
-                sub_envs=per_env,  # the hook gets each env object, so no natively batched env
-                horizon=self.config.horizon,
-                remote=remote,
-                worker_env_vars=self.config.extra_python_environs_for_worker,
-                first_render_mode=render_mode,
-            )
-            if render_mode is not None:
-                self._show_first_env(env, render_mode)
-        except RLTrainerError:
-            raise
-        except Exception as err:  # the env's own constructor: say where, in one line
-            raise EnvError(
-                f"env {self.config.env!r}: creating it raised {type(err).__name__}: {err}{_raised_at(err)}"
-            ) from err
-        call_hook(
-            self.callbacks,
-            "on_environment_created",
-            self._where,
-            env_runner=self,
-            env=env,
-            env_context=self._ctx,
-        )
-        if per_env:
-            for index, sub_env in enumerate(env.envs):
-                call_hook(
-                    self.callbacks,
-                    "on_sub_environment_created",
-                    self._where,
-                    worker=self,
-                    sub_environment=sub_env,
-                    env_context=self._ctx.copy_with_overrides(vector_index=index),
-                    env_index=index,
-                )
-        return env
-
-    def _show_first_env(self, env: gym.vector.SyncVectorEnv, render_mode: str) -> None:
-        """Wrap copy 0 to record its episodes (``record_env``) or draw them (``render_env``)."""
-        from rltrainer.env.video import check_renders
-
-        first = env.envs[0]
-        setting = "record_env" if render_mode == "rgb_array" else "render_env"
-        check_renders(first.unwrapped, self.config.env_name, render_mode, setting)
-        if render_mode == "human":  # such an env draws itself in reset() and step() (gymnasium's API)
-            return
-        folder = self.config._video_dir
-        if folder is None:  # an env runner made outside an algorithm (tests, tools)
-            raise ConfigError("record_env: no video folder was resolved (build the algorithm to record)")
-        where = "evaluation" if self.in_evaluation else "training"
-        env.envs[0] = EpisodeVideos(first, os.path.join(folder, where), f"runner-{self.worker_index}")
-
-    def _remote_envs(self) -> bool:
-        """Whether the sub-envs live in actors of their own: ``remote_worker_envs`` with more than
-        one env per runner (RLlib ignores it for one env, and so does this, saying so once)."""
-        global _noted_single_remote_env  # noqa: PLW0603 - said once per process
-        if uses_remote_envs(self.config):
-            return True
-        if self.config.remote_worker_envs and not _noted_single_remote_env:
-            logger.info("remote_worker_envs=True is ignored with num_envs_per_env_runner=1 (as in RLlib)")
-            _noted_single_remote_env = True
-        return False
-
-    def sample_episodes(
-        self,
-        num_episodes: int | None = None,
-        num_timesteps: int | None = None,
-        explore: bool | None = None,
-        force_reset: bool = True,
-        update_filter: bool = False,
-    ) -> tuple[list[EpisodeStats], int]:
-        """Run episodes (e.g. for evaluation), by default without touching the filter statistics
-        (``update_filter=True``: they learn from these episodes too, as ES's rollouts do).
-
-        Returns the completed episodes and the env steps taken.
-        With ``num_episodes``, env i contributes ``(num_episodes + i) // num_envs`` of them
-        (SB3's ``evaluate_policy`` scheme): taking whichever episodes finish first would
-        favour short, failed ones. ``force_reset=False`` continues the episodes the last call
-        left running instead of resetting the envs first.
-        """
-        explore = self.config.explore if explore is None else explore
+    def _run_episodes(self, plan: EpisodePlan) -> tuple[list[EpisodeStats], int]:
+        quota, num_timesteps, explore, force_reset, update_filter = plan
         if force_reset or self._obs is None:
             self._reset()
-        quota = None
-        if num_episodes is not None:
-            quota = np.array([(num_episodes + i) // self.num_envs for i in range(self.num_envs)])
         counted = np.zeros(self.num_envs, dtype=np.int64)
         episodes: list[EpisodeStats] = []
         steps = 0
@@ -482,15 +200,13 @@ class EnvRunner:
                     episodes.append(episode)
         return episodes, steps
 
-    def sample_with_filter_delta(self) -> tuple[Rollout, list[EpisodeStats], dict[str, np.ndarray]]:
-        """``sample()`` plus the observation statistics gathered meanwhile (for remote runners);
-        with ``compress_observations`` the observations travel lz4-compressed."""
-        rollout, episodes = self.sample()
+    def _for_driver(self, batch: Rollout) -> Rollout:
+        """With ``compress_observations`` the observations travel lz4-compressed."""
         if self.config.compress_observations:
             from rltrainer.utils.compression import pack_rollout
 
-            rollout = pack_rollout(rollout)
-        return rollout, episodes, self.filter.pop_delta()
+            return pack_rollout(batch)
+        return batch
 
     def pop_episodes(self) -> list[EpisodeStats]:
         episodes, self._episodes = self._episodes, []
@@ -696,29 +412,14 @@ class EnvRunner:
         """The policy this runner acts with (RLlib's ``RolloutWorker.get_policy``)."""
         return self.policy
 
-    def foreach_policy(self, fn: Callable[..., Any]) -> list[Any]:
-        """``[fn(policy, "default_policy")]`` (RLlib's ``foreach_policy``; one policy here)."""
-        return [fn(self.policy, "default_policy")]
-
-    foreach_policy_to_train = foreach_policy
-
-    @property
-    def preprocessors(self) -> dict[str, Any]:
-        """``{"default_policy": preprocessor}`` (RLlib's ``RolloutWorker.preprocessors``)."""
-        return {"default_policy": self.policy.preprocessor}
+    def foreach_policy_to_train(self, fn: Callable[..., Any]) -> list[Any]:
+        """``[fn(policy, "default_policy")]``: the one policy learns."""
+        return self.foreach_policy(fn)
 
     @property
     def filters(self) -> dict[str, Any]:
         """``{"default_policy": observation filter}`` (RLlib's ``RolloutWorker.filters``)."""
         return {"default_policy": self.filter}
-
-    @property
-    def policy_config(self) -> dict[str, Any]:
-        """The config as a dict (``to_dict()``) plus ``in_evaluation`` (RLlib's
-        ``RolloutWorker.policy_config``); computed once per runner."""
-        if self._policy_config is None:
-            self._policy_config = {**self.config.to_dict(), "in_evaluation": self.in_evaluation}
-        return self._policy_config
 
     def get_weights(self) -> dict[str, np.ndarray]:
         return self.policy.get_weights()
@@ -727,80 +428,17 @@ class EnvRunner:
         with self.inference_lock:
             self.policy.set_weights(weights)
 
-    def set_global_timestep(self, timestep: int) -> None:
-        """The algorithm's env-step count, which exploration schedules follow."""
-        self.policy.global_timestep = int(timestep)
-
-    def get_filter_state(self) -> dict[str, np.ndarray]:
-        return self.filter.get_state()
-
-    def set_filter_state(self, state: dict[str, np.ndarray]) -> None:
-        self.filter.set_state(state)
-
-    def ping(self) -> bool:
-        """Health probe for restarted remote runners."""
-        return True
-
-    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(self, *args)``: how ``foreach_worker`` reaches remote runners."""
-        return fn(self, *args)
-
-    def foreach_env(self, fn: Callable[[gym.Env], Any]) -> list[Any]:
-        """``fn`` applied to each sub-env (or to the batched env when it is one object; with
-        ``remote_worker_envs``, to each sub-env's actor handle, as RLlib)."""
-        return [fn(env) for env in self._sub_envs()]
-
-    def foreach_env_with_context(self, fn: Callable[[gym.Env, EnvContext], Any]) -> list[Any]:
-        """``fn(env, env_ctx)`` for each sub-env, with the ``EnvContext`` it was created with
-        (``worker_index``, its own ``vector_index``); a batched env is one object (index 0)."""
-        return [
-            fn(env, self._ctx.copy_with_overrides(vector_index=i)) for i, env in enumerate(self._sub_envs())
-        ]
-
-    def _sub_envs(self) -> list[gym.Env]:
-        """The sub-envs as their creator made them (without ``RestartOnCrash``), or the batched env;
-        with ``remote_worker_envs`` their actors' handles (RLlib's ``get_sub_environments()``)."""
-        envs = getattr(self.env, "envs", None)
-        if envs is None:
-            return list(getattr(self.env, "actors", None) or [self.env])
-        return [env.env if isinstance(env, RestartOnCrash) else env for env in envs]
-
-    # --- tasks (curriculum learning) ----------------------------------------------------
-    def task_settable_envs(self) -> list[TaskSettableEnv]:
-        """Each sub-env's ``TaskSettableEnv`` (found through gymnasium wrappers).
-
-        Raises ``ConfigError`` naming the env when one is not: what ``env_task_fn`` needs.
-        """
-        if self._remote_envs():
-            from rltrainer.algorithms.algorithm_config import REMOTE_ENVS_WITHOUT_TASKS
-
-            raise ConfigError(REMOTE_ENVS_WITHOUT_TASKS)
-        sub_envs = self._sub_envs()
-        found = [find_task_settable(env) for env in sub_envs]
-        if None in found:
-            missing = sub_envs[found.index(None)]
-            raise ConfigError(_not_task_settable(self.config.env, missing, batched=missing is self.env))
-        return found
-
-    def apply_env_task_fn(self, env_task_fn: Callable[..., Any], train_results: dict[str, Any]) -> list[Any]:
-        """Set each sub-env to ``env_task_fn(train_results, env, env_ctx)`` where that differs
-        from its current task (RLlib's rule); returns the sub-envs' tasks."""
-        tasks = []
-        for index, env in enumerate(self.task_settable_envs()):
-            task = env_task_fn(train_results, env, self._ctx.copy_with_overrides(vector_index=index))
-            if task != env.get_task():
-                env.set_task(task)
-            tasks.append(task)
-        return tasks
-
-    def set_env_tasks(self, tasks: list[Any]) -> None:
-        """Set sub-env i to ``tasks[i]`` (a replacement runner takes over its predecessor's tasks)."""
-        for env, task in zip(self.task_settable_envs(), tasks, strict=True):
-            env.set_task(task)
-
-    def stop(self) -> None:
-        if self.offline_input is not None:
-            self.offline_input.stop()  # a policy server's socket
-        if self.output_writer is not None:
-            self.output_writer.close()  # its last file gets its name (or is uploaded)
+    def _close_envs(self) -> None:
         self.env.close()
+
+
+__all__ = [  # the shared names are re-exported where they were defined before the core existed
+    "EnvRunner",
+    "EnvStepError",
+    "EpisodeStats",
+    "Rollout",
+    "fake_gpu_inference",
+    "get_global_worker",
+    "inference_device",
+    "prepare_runner_process",
+]

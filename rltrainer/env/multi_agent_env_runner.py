@@ -1,9 +1,10 @@
 """``MultiAgentEnvRunner``: samples multi-agent envs with one batched inference per policy and step.
 
-The single-agent ``EnvRunner`` stays as it is (a vector env, arrays for every column); this
-runner shares its building blocks (``Policy``, filters, preprocessors, ``Rollout``) and its
-interface towards ``EnvRunnerGroup`` and the algorithm, with payloads keyed by policy id:
-``sample()`` returns a ``MultiAgentBatch``, weights and filter states are per policy.
+The single-agent ``EnvRunner`` keeps its own stepping loop (a vector env, arrays for every
+column); both are ``EnvRunnerCore``s (``env_runner_core``: process set-up, placing policies,
+filters, the actor's interface) and share the building blocks (``Policy``, filters,
+preprocessors, ``Rollout``). Here payloads are keyed by policy id: ``sample()`` returns a
+``MultiAgentBatch``, weights and filter states are per policy.
 
 Each step, the agents that must act in every env copy are grouped by policy
 (``policy_mapping_fn``, asked once per agent and episode) and each policy computes the actions
@@ -17,33 +18,22 @@ learners read multi-agent data with the code they already have. See the README's
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 
-from rltrainer.algorithms.callbacks import call_hook, make_callbacks, overrides
-from rltrainer.core.filters import make_filter
-from rltrainer.core.torch_compile import worker_compile_kwargs
+from rltrainer.algorithms.callbacks import call_hook, overrides
 from rltrainer.env.env_context import EnvContext
-from rltrainer.env.env_runner import (
-    EnvStepError,
-    EpisodeStats,
-    Rollout,
-    _raised_at,
-    _set_global_worker,
-    fake_gpu_inference,
-    inference_device,
-    prepare_runner_process,
-)
+from rltrainer.env.env_runner_core import EnvRunnerCore, EnvStepError, EpisodePlan, creation_error
 from rltrainer.env.episode import index_obs
 from rltrainer.env.multi_agent_episode import AgentTrack, MultiAgentEpisode
-from rltrainer.env.registry import resolve_creator
+from rltrainer.env.multi_agent_policies import PolicyFilters, PolicyMap
+from rltrainer.env.registry import env_is_multi_agent, resolve_creator
+from rltrainer.env.rollout import EpisodeStats, Rollout
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
-from rltrainer.offline.input_reader import Piece, rollout_from_pieces
+from rltrainer.offline.rows import Piece, rollout_from_pieces
 from rltrainer.policy_spec import PolicySpec, mapping_function, trainable_policies
-from rltrainer.utils.debugging import apply_debugging
 from rltrainer.utils.import_paths import resolve_function
 
 logger = logging.getLogger(__name__)
@@ -66,42 +56,6 @@ class MultiAgentBatch(NamedTuple):
         return self.count
 
 
-class PolicyFilters:
-    """One observation filter per policy, with a filter's state interface (keys ``pid/name``),
-    so ``EnvRunnerGroup`` merges and broadcasts them as it does a single filter."""
-
-    def __init__(self, filters: dict[str, Any]) -> None:
-        self.filters = filters
-
-    def get_state(self) -> dict[str, np.ndarray]:
-        return _prefixed({pid: f.get_state() for pid, f in self.filters.items()})
-
-    def set_state(self, state: dict[str, np.ndarray]) -> None:
-        for pid, part in _unprefixed(state).items():
-            if pid in self.filters:
-                self.filters[pid].set_state(part)
-
-    def pop_delta(self) -> dict[str, np.ndarray]:
-        return _prefixed({pid: f.pop_delta() for pid, f in self.filters.items()})
-
-    def apply_delta(self, delta: dict[str, np.ndarray]) -> None:
-        for pid, part in _unprefixed(delta).items():
-            if pid in self.filters:
-                self.filters[pid].apply_delta(part)
-
-
-def _prefixed(states: dict[str, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {f"{pid}/{name}": value for pid, state in states.items() for name, value in state.items()}
-
-
-def _unprefixed(state: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-    parts: dict[str, dict[str, np.ndarray]] = {}
-    for key, value in state.items():
-        pid, _, name = key.rpartition("/")
-        parts.setdefault(pid, {})[name] = value
-    return parts
-
-
 def make_multi_agent_env(env: Any, ctx: EnvContext) -> Any:
     """One multi-agent env from the config's ``env`` (PettingZoo envs wrapped); ``EnvError``."""
     from rltrainer.env.multi_agent_env import to_multi_agent_env
@@ -112,77 +66,16 @@ def make_multi_agent_env(env: Any, ctx: EnvContext) -> Any:
     except RLTrainerError:
         raise
     except Exception as err:
-        raise EnvError(
-            f"env {env!r}: creating it raised {type(err).__name__}: {err}{_raised_at(err)}"
-        ) from err
+        raise creation_error(env, err) from err
     return to_multi_agent_env(created)
 
 
-def env_is_multi_agent(env: Any) -> bool:
-    """Whether ``env`` makes multi-agent envs: a ``MultiAgentEnv`` class (or path), or a
-    registered creator that returned one (or a PettingZoo env) in this process. Nothing is
-    created here: a creator's first env tells ``EnvRunnerGroup`` (``MultiAgentEnvFoundError``)."""
-    import gymnasium as gym
-
-    from rltrainer.env.registry import registered_creators
-
-    if env is None or not isinstance(env, str | type):
-        return False
-    if isinstance(env, str) and env not in registered_creators() and (":" not in env or env in gym.registry):
-        return False  # a gymnasium id: single-agent, nothing to import or create
-    from rltrainer.env.multi_agent_env import MultiAgentEnv
-
-    if isinstance(env, type):
-        return issubclass(env, MultiAgentEnv)
-    if env in registered_creators():  # known once its creator made one (EnvRunnerGroup)
-        from rltrainer.env.registry import is_known_multi_agent
-
-        return is_known_multi_agent(env)
-    return _names_multi_agent_class(env)
-
-
-def _names_multi_agent_class(path: str) -> bool:
-    from rltrainer.env.multi_agent_env import MultiAgentEnv
-    from rltrainer.utils.import_paths import import_object
-
-    try:
-        obj = import_object(path)
-    except (ImportError, AttributeError, ValueError):
-        return False
-    return isinstance(obj, type) and issubclass(obj, MultiAgentEnv)
-
-
-class _ProbeEpisode:
-    """What ``policy_mapping_fn`` gets while the runner infers the policies' spaces."""
-
-    def __init__(self, episode_id: int) -> None:
-        self.episode_id = episode_id
-        self.env_index = 0
-        self.user_data: dict[str, Any] = {}
-
-
-class MultiAgentEnvRunner:
+class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
     """Samples ``num_envs_per_env_runner`` multi-agent env copies with a map of policies."""
 
-    def __init__(
-        self,
-        config: Any,
-        worker_index: int = 0,
-        num_workers: int = 0,
-        remote: bool = False,
-        env_creators: dict[str, Any] | None = None,
-        in_evaluation: bool = False,
-        custom_models: dict[str, type] | None = None,
-    ) -> None:
-        prepare_runner_process(config, remote, env_creators, custom_models)
-        self.config = config
-        self.in_evaluation = in_evaluation
-        self.worker_index = worker_index
-        self.num_workers = num_workers
-        apply_debugging(config, seed_offset=1000 * worker_index)
-        self._ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
-        self.callbacks = make_callbacks(config.callbacks_class)
-        self._where = f" in env runner {worker_index}"
+    def _build(self) -> None:
+        """Make the env copies and the policies (``EnvRunnerCore.__init__`` calls this after the set-up)."""
+        config, worker_index, in_evaluation = self.config, self.worker_index, self.in_evaluation
         self.num_envs = config.num_envs_per_env_runner
         self.envs = [
             make_multi_agent_env(config.env, self._ctx.copy_with_overrides(vector_index=i))
@@ -212,175 +105,12 @@ class MultiAgentEnvRunner:
         self._tracks: list[dict[Any, AgentTrack]] = [{} for _ in range(self.num_envs)]
         self._finished: list[AgentTrack] = []  # done agents' tracks with steps not yet handed over
         self._episode: list[MultiAgentEpisode | None] = [None] * self.num_envs  # None: reset first
-        self._rng = np.random.default_rng(None if config.seed is None else config.seed + 1000 * worker_index)
+        self._rng = np.random.default_rng(self._seed())
         self._calls = {
             hook: overrides(self.callbacks, hook)
             for hook in ("on_episode_start", "on_episode_step", "on_episode_end")
         }
         self.global_timestep = 0
-        _set_global_worker(self)
-
-    # --- policies ----------------------------------------------------------------------
-    def _infer_specs(self, specs: dict[str, PolicySpec]) -> dict[str, PolicySpec]:
-        """Each policy's spaces: given in its spec, else those of the agents mapped to it (all
-        alike, or ``ConfigError``); the mapping is asked for every possible agent with two
-        probe episodes (ids 0 and 1, for mappings that alternate by episode)."""
-        env = self.envs[0]
-        agents = list(getattr(env, "possible_agents", None) or getattr(env, "agents", None) or [])
-        seen: dict[str, list[Any]] = {}
-        for episode_id in (0, 1):
-            for agent in agents:
-                pid = self._call_mapping(agent, _ProbeEpisode(episode_id))
-                if pid not in specs:
-                    raise ConfigError(
-                        f"policy_mapping_fn maps agent {agent!r} to {pid!r}, which is not a policy; "
-                        f"policies: {', '.join(specs)}"
-                    )
-                if agent not in seen.setdefault(pid, []):
-                    seen[pid].append(agent)
-        spaces_of = {
-            agent: (env.get_observation_space(agent), env.get_action_space(agent)) for agent in agents
-        }
-        shared = set(map(repr, spaces_of.values()))
-        filled = {}
-        for pid, spec in specs.items():
-            obs_space, act_space = spec.observation_space, spec.action_space
-            mapped = seen.get(pid, [])
-            for agent in mapped:
-                agent_obs, agent_act = spaces_of[agent]
-                for kind, given, found in (
-                    ("observation", obs_space, agent_obs),
-                    ("action", act_space, agent_act),
-                ):
-                    if given is not None and given != found:
-                        from_spec = getattr(spec, f"{kind}_space") is not None
-                        other = "its PolicySpec" if from_spec else f"agent {mapped[0]!r}"
-                        raise ConfigError(
-                            f"policy {pid!r}: agent {agent!r} has {kind} space {found}, but {other} "
-                            f"says {given}; agents mapped to one policy need the same spaces"
-                        )
-                obs_space = obs_space or agent_obs
-                act_space = act_space or agent_act
-            if (obs_space is None or act_space is None) and len(shared) == 1 and agents:
-                agent_obs, agent_act = spaces_of[agents[0]]
-                obs_space, act_space = obs_space or agent_obs, act_space or agent_act
-            if obs_space is None or act_space is None:
-                raise ConfigError(
-                    f"policy {pid!r}: no agent maps to it and the env's agents have different spaces, "
-                    "so its spaces cannot be inferred; give "
-                    "PolicySpec(observation_space=..., action_space=...)"
-                )
-            filled[pid] = PolicySpec(spec.policy_class, obs_space, act_space, dict(spec.config))
-        return filled
-
-    def _call_mapping(self, agent: Any, episode: Any) -> str:
-        try:
-            return self._mapping_fn(agent, episode, self)
-        except TypeError:  # RLlib's older two-argument form (agent_id, episode)
-            return self._mapping_fn(agent, episode)
-
-    def _add(self, pid: str, spec: PolicySpec, weights: dict[str, Any] | None = None) -> Any:
-        config = self.config.policy_config(pid)
-        seed = (
-            None
-            if self.config.seed is None
-            else self.config.seed + 1000 * self.worker_index + len(self.policy_map)
-        )
-        policy_class = spec.resolved_class(self.config.get_policy_class())
-        try:
-            policy = policy_class(spec.observation_space, spec.action_space, config, seed=seed)
-        except ConfigError as err:
-            raise ConfigError(f"policy {pid!r}: {err}") from None
-        except ValueError as err:
-            raise EnvError(f"policy {pid!r} ({spec.observation_space}, {spec.action_space}): {err}") from None
-        policy.exploration.set_worker(self.worker_index, self.num_workers)
-        policy.set_device(
-            inference_device(self.config, self.worker_index),
-            gpu_code_path=fake_gpu_inference(self.config, self.worker_index),
-            compile_kwargs=worker_compile_kwargs(config),
-        )
-        if weights is not None:
-            policy.set_weights(weights)
-        observation_filter = make_filter(config.observation_filter, policy.preprocessor.size)
-        policy.observation_filter = observation_filter
-        self.filter.filters[pid] = observation_filter
-        self.policy_map[pid] = policy
-        self.policy_specs[pid] = spec
-        policy.custom_compute = type(policy).compute_actions is not _base_compute_actions()
-        return policy
-
-    def add_policy(
-        self,
-        policy_id: str,
-        spec: PolicySpec,
-        weights: dict[str, Any] | None = None,
-        policy_mapping_fn: Any = None,
-        policies_to_train: Any = None,
-    ) -> None:
-        """Add a policy (RLlib's ``RolloutWorker.add_policy``); a new mapping applies from the
-        next episode of each env (agents keep their policy until their episode ends)."""
-        self._add(policy_id, spec, weights)
-        if policy_mapping_fn is not None:
-            self._set_mapping(policy_mapping_fn)
-        if policies_to_train is not None:
-            self.policies_to_train = list(policies_to_train)
-
-    def remove_policy(
-        self, policy_id: str, policy_mapping_fn: Any = None, policies_to_train: Any = None
-    ) -> None:
-        self.policy_map.pop(policy_id, None)
-        self.policy_specs.pop(policy_id, None)
-        self.filter.filters.pop(policy_id, None)
-        if policy_mapping_fn is not None:
-            self._set_mapping(policy_mapping_fn)
-        if policies_to_train is not None:
-            self.policies_to_train = list(policies_to_train)
-        else:
-            self.policies_to_train = [pid for pid in self.policies_to_train if pid != policy_id]
-        self._episode = [None] * self.num_envs  # episodes restart: no agent keeps acting with it
-
-    def _set_mapping(self, policy_mapping_fn: Any) -> None:
-        self._mapping_fn = resolve_function("policy_mapping_fn", policy_mapping_fn)
-        self.policy_mapping_fn_setting = policy_mapping_fn
-
-    def set_policy_mapping_fn(self, policy_mapping_fn: Any) -> None:
-        self._set_mapping(policy_mapping_fn)
-
-    def set_policies_to_train(self, policies_to_train: list[str]) -> None:
-        self.policies_to_train = list(policies_to_train)
-
-    def get_policy(self, policy_id: str = "default_policy") -> Any:
-        """The policy ``policy_id`` (``KeyError`` naming the known ids)."""
-        try:
-            return self.policy_map[policy_id]
-        except KeyError:
-            raise KeyError(f"no policy {policy_id!r}; policies: {', '.join(self.policy_map)}") from None
-
-    def foreach_policy(self, fn: Callable[..., Any]) -> list[Any]:
-        """``fn(policy, policy_id)`` for every policy of this runner."""
-        return [fn(policy, pid) for pid, policy in self.policy_map.items()]
-
-    def foreach_policy_to_train(self, fn: Callable[..., Any]) -> list[Any]:
-        return [fn(self.policy_map[pid], pid) for pid in self.policies_to_train if pid in self.policy_map]
-
-    @property
-    def preprocessors(self) -> dict[str, Any]:
-        return {pid: policy.preprocessor for pid, policy in self.policy_map.items()}
-
-    @property
-    def filters(self) -> dict[str, Any]:
-        return dict(self.filter.filters)
-
-    @property
-    def policy(self) -> Any:
-        """The only policy (``ValueError`` with several: use ``get_policy(policy_id)``)."""
-        if len(self.policy_map) == 1:
-            return next(iter(self.policy_map.values()))
-        raise ValueError(f"this env runner has {len(self.policy_map)} policies: use get_policy(policy_id)")
-
-    @property
-    def policy_config(self) -> dict[str, Any]:
-        return {**self.config.to_dict(), "in_evaluation": self.in_evaluation}
 
     # --- sampling ----------------------------------------------------------------------
     def sample(self, explore: bool | None = None) -> tuple[MultiAgentBatch, list[EpisodeStats]]:
@@ -408,27 +138,11 @@ class MultiAgentEnvRunner:
         batch = MultiAgentBatch(self._take_rollouts(), env_steps, agent_steps, count)
         return batch, self.pop_episodes()
 
-    def sample_with_filter_delta(self) -> tuple[MultiAgentBatch, list[EpisodeStats], dict[str, np.ndarray]]:
-        """``sample()`` plus the observation statistics gathered meanwhile (for remote runners)."""
-        batch, episodes = self.sample()
-        return batch, episodes, self.filter.pop_delta()
-
-    def sample_episodes(
-        self,
-        num_episodes: int | None = None,
-        num_timesteps: int | None = None,
-        explore: bool | None = None,
-        force_reset: bool = True,
-        update_filter: bool = False,
-    ) -> tuple[list[EpisodeStats], int]:
-        """Run episodes (evaluation): env i contributes ``(num_episodes + i) // num_envs`` of
-        them; returns the episodes and the env steps taken (nothing is recorded for learning)."""
-        explore = self.config.explore if explore is None else explore
+    def _run_episodes(self, plan: EpisodePlan) -> tuple[list[EpisodeStats], int]:
+        quota, num_timesteps, explore, force_reset, update_filter = plan
+        # nothing is recorded for learning here
         if force_reset:
             self._episode = [None] * self.num_envs
-        quota = None
-        if num_episodes is not None:
-            quota = [(num_episodes + i) // self.num_envs for i in range(self.num_envs)]
         counted = [0] * self.num_envs
         episodes: list[EpisodeStats] = []
         steps = 0
@@ -605,15 +319,6 @@ class MultiAgentEnvRunner:
         if self._calls["on_episode_start"]:
             self._hook("on_episode_start", i)
 
-    def _mapping_fn_with_worker(self, agent: Any, episode: Any, worker: Any) -> str:  # noqa: ARG002
-        pid = self._call_mapping(agent, episode)
-        if pid not in self.policy_map:
-            raise ConfigError(
-                f"policy_mapping_fn maps agent {agent!r} to {pid!r}, which is not a policy; "
-                f"policies: {', '.join(self.policy_map)}"
-            )
-        return pid
-
     def _close_episode(self, i: int) -> None:
         episode = self._episode[i]
         if self._calls["on_episode_end"]:
@@ -716,33 +421,17 @@ class MultiAgentEnvRunner:
 
     def set_global_timestep(self, timestep: int) -> None:
         self.global_timestep = int(timestep)
-        for policy in self.policy_map.values():
-            policy.global_timestep = self.global_timestep
+        super().set_global_timestep(timestep)
 
-    def get_filter_state(self) -> dict[str, np.ndarray]:
-        return self.filter.get_state()
-
-    def set_filter_state(self, state: dict[str, np.ndarray]) -> None:
-        self.filter.set_state(state)
-
-    def ping(self) -> bool:
-        return True
-
-    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(self, *args)
-
-    def foreach_env(self, fn: Callable[[Any], Any]) -> list[Any]:
-        return [fn(env) for env in self.envs]
-
-    def foreach_env_with_context(self, fn: Callable[[Any, EnvContext], Any]) -> list[Any]:
-        return [fn(env, self._ctx.copy_with_overrides(vector_index=i)) for i, env in enumerate(self.envs)]
+    def _sub_envs(self) -> list[Any]:
+        return self.envs
 
     def task_settable_envs(self) -> list[Any]:
         raise ConfigError(
             "env_task_fn sets tasks on single-agent TaskSettableEnvs; a multi-agent env has none"
         )
 
-    def stop(self) -> None:
+    def _close_envs(self) -> None:
         for env in self.envs:
             env.close()
 
@@ -754,12 +443,6 @@ class _Outcome(NamedTuple):
     obs: dict[Any, Any]
     ended: dict[Any, bool]
     all_done: bool
-
-
-def _base_compute_actions() -> Any:
-    from rltrainer.policy import Policy
-
-    return Policy.compute_actions
 
 
 __all__ = ["MultiAgentBatch", "MultiAgentEnvRunner", "PolicyFilters", "env_is_multi_agent"]

@@ -1,10 +1,8 @@
-"""Resolving env specs and creating (vectorized) envs.
+"""Resolving env specs and creating envs, one at a time (``make_env``) or as a vector env's copy
+(``make_sub_env``); ``rltrainer.env.vector_env`` steps copies together.
 
 An env spec is one of: a name given to ``register_env``; a gymnasium id; a
-``"package.module:ClassName"`` string; a ``gymnasium.Env`` subclass. Gymnasium ids
-without a registered creator use the env's ``vector_entry_point`` when it has one (one
-batched env instead of N Python objects), otherwise a ``SyncVectorEnv`` of copies; with
-``remote_worker_envs`` each copy is a Ray actor of its own (``rltrainer.env.remote_vector_env``).
+``"package.module:ClassName"`` string; a ``gymnasium.Env`` subclass.
 """
 
 from __future__ import annotations
@@ -13,16 +11,17 @@ import difflib
 import importlib
 import logging
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import gymnasium as gym
 
 from rltrainer.env.apis.task_settable_env import carry_task
-from rltrainer.env.atari import AtariEnv, is_atari, make_atari_vector
+from rltrainer.env.atari import AtariEnv, is_atari
 from rltrainer.env.env_checker import OldGymApi, uses_old_gym_api
 from rltrainer.env.env_context import EnvContext
+from rltrainer.env.multi_agent_contract import MultiAgentEnv, is_multi_agent_env
 from rltrainer.errors import EnvError
+from rltrainer.utils.import_paths import import_object
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +42,11 @@ def register_env(name: str, env_creator: EnvCreator) -> None:
 def registered_envs() -> list[str]:
     """Names given to ``register_env`` in this process."""
     return sorted(_REGISTRY)
+
+
+def is_registered(env: Any) -> bool:
+    """Whether ``env`` is a name given to ``register_env`` in this process."""
+    return isinstance(env, str) and env in _REGISTRY
 
 
 def registered_creators() -> dict[str, EnvCreator]:
@@ -112,9 +116,30 @@ def note_multi_agent(env: Any) -> None:
         _MULTI_AGENT_NAMES.add(env)
 
 
-def _refuse_multi_agent(created: Any, env: Any) -> None:
-    from rltrainer.env.multi_agent_env import is_multi_agent_env
+def env_is_multi_agent(env: Any) -> bool:
+    """Whether ``env`` makes multi-agent envs: a ``MultiAgentEnv`` class (or path), or a
+    registered creator that returned one (or a PettingZoo env) in this process. Nothing is
+    created here: a creator's first env tells ``EnvRunnerGroup`` (``MultiAgentEnvFoundError``)."""
+    if env is None or not isinstance(env, str | type):
+        return False
+    if isinstance(env, str) and env not in _REGISTRY and (":" not in env or env in gym.registry):
+        return False  # a gymnasium id: single-agent, nothing to import or create
+    if isinstance(env, type):
+        return issubclass(env, MultiAgentEnv)
+    if env in _REGISTRY:  # known once its creator made one (EnvRunnerGroup)
+        return is_known_multi_agent(env)
+    return _names_multi_agent_class(env)
 
+
+def _names_multi_agent_class(path: str) -> bool:
+    try:
+        obj = import_object(path)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(obj, type) and issubclass(obj, MultiAgentEnv)
+
+
+def _refuse_multi_agent(created: Any, env: Any) -> None:
     if is_multi_agent_env(created):
         note_multi_agent(env)
         close = getattr(created, "close", None)
@@ -192,50 +217,6 @@ def make_sub_env(
 
     created = make_one()
     return RestartOnCrash(created, make_one) if restart_failed else created
-
-
-def make_vector_env(
-    env: Any,
-    ctx: EnvContext,
-    num_envs: int,
-    restart_failed: bool = False,
-    sub_envs: bool = False,
-    horizon: int | None = None,
-    remote: bool = False,
-    worker_env_vars: dict[str, str] | None = None,
-    first_render_mode: str | None = None,
-) -> gym.vector.VectorEnv:
-    """Create ``num_envs`` copies stepped together (next-step autoreset, gymnasium's default).
-
-    With ``restart_failed`` each copy is wrapped in ``RestartOnCrash`` (native batched envs,
-    made from a ``vector_entry_point``, have no separate copies to recreate). ``sub_envs``
-    asks for a ``SyncVectorEnv`` of env objects even where a native batched env exists.
-    ``horizon`` (RLlib's): each copy's episodes are truncated after that many steps (a
-    ``TimeLimit`` on each, so copies, not a native batched env). ``remote``
-    (``remote_worker_envs``): each copy lives in its own Ray actor, which gets
-    ``worker_env_vars`` in its environment (``RemoteVectorEnv``; always copies).
-    ``first_render_mode``: copy 0 is made with it (``record_env``/``render_env``; copies).
-    """
-    if remote:
-        from rltrainer.env.remote_vector_env import RemoteVectorEnv
-
-        return RemoteVectorEnv(env, ctx, num_envs, restart_failed, horizon, worker_env_vars)
-    sub_envs = sub_envs or horizon is not None or first_render_mode is not None
-    if env not in _REGISTRY and not sub_envs and is_atari(env):
-        return make_atari_vector(env, num_envs, dict(ctx))
-    if isinstance(env, str) and env in gym.registry and env not in _REGISTRY and not sub_envs:
-        spec = gym.spec(env)
-        if spec.vector_entry_point is not None:
-            try:
-                return gym.make_vec(env, num_envs=num_envs, vectorization_mode="vector_entry_point", **ctx)
-            except TypeError as err:
-                raise EnvError(f"could not create env {env!r} with env_config {dict(ctx)}: {err}") from err
-    return gym.vector.SyncVectorEnv(
-        [
-            partial(make_sub_env, env, ctx, i, restart_failed, horizon, first_render_mode if i == 0 else None)
-            for i in range(num_envs)
-        ]
-    )
 
 
 def _checked(created: Any, env: Any) -> gym.Env:

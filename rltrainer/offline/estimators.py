@@ -260,7 +260,7 @@ class OffPolicyEstimation:
                 "off_policy_estimation_methods estimate from recorded episodes: set "
                 "offline_data(input_=PATH) or evaluation_config={'input_': PATH}"
             )
-        from rltrainer.offline.input_reader import RowLayout, check_columns, load_file
+        from rltrainer.offline.rows import RowLayout, check_columns, load_file
 
         runner = algo.env_runner_group.local_worker()
         policy = runner.policy

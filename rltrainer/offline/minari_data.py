@@ -14,49 +14,24 @@ Minari stores actions in the env's units, so Box actions are normalized for the 
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rltrainer.errors import InputError
-from rltrainer.offline.input_reader import InputReader, RowLayout
+from rltrainer.offline.input_reader import InputReader
+from rltrainer.offline.input_sources import resolve_input
+from rltrainer.offline.minari_datasets import check_dataset, import_minari
+from rltrainer.offline.rows import RowLayout, check_columns, load_file
 
 EPISODES_PER_LOAD = 100  # episodes a reader takes from the dataset at once
-
-
-def _minari() -> Any:
-    try:
-        import minari
-    except ImportError:
-        raise InputError(
-            "offline_data(input_='minari:...') needs the minari package: pip install 'rltrainer[minari]'"
-        ) from None
-    return minari
-
-
-def _datasets_path() -> str:
-    return os.environ.get("MINARI_DATASETS_PATH", str(Path("~/.minari/datasets").expanduser()))
-
-
-def check_dataset(dataset_id: str) -> None:
-    """``InputError`` unless ``dataset_id`` is a dataset on this machine."""
-    minari = _minari()
-    local = minari.list_local_datasets()
-    if dataset_id not in local:
-        known = ", ".join(sorted(local)) or "none"
-        raise InputError(
-            f"offline_data(): Minari dataset {dataset_id!r} is not on this machine (MINARI_DATASETS_PATH="
-            f"{_datasets_path()}; local datasets: {known}); nothing is downloaded: create it or copy it there"
-        )
 
 
 class MinariReader(InputReader):
     """An ``InputReader`` over a local Minari dataset's episodes (``EPISODES_PER_LOAD`` at a time)."""
 
     def __init__(self, dataset_id: str, layout: RowLayout, policy: Any, **options: Any) -> None:
-        minari = _minari()
+        minari = import_minari()
         self.dataset_id = dataset_id
         self.dataset = minari.load_dataset(dataset_id)
         self.policy = policy
@@ -95,8 +70,6 @@ class MinariReader(InputReader):
         if not episodes:
             return {}
         merged = {name: np.concatenate(values) for name, values in columns.items()}
-        from rltrainer.offline.input_reader import check_columns
-
         return check_columns(merged, f"{uri} (Minari)", self.layout)
 
 
@@ -121,9 +94,8 @@ def to_minari(
     from minari.data_collector import EpisodeBuffer
 
     from rltrainer.offline.estimators import EpisodeSource
-    from rltrainer.offline.input_reader import load_file, resolve_input
 
-    minari = _minari()
+    minari = import_minari()
     made = isinstance(env, str)
     env_object = gym.make(env) if made else env
     try:

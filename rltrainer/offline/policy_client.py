@@ -204,7 +204,7 @@ class PolicyClient:
             self.update_policy_weights()
 
     def _batch(self, observation: Any) -> Any:
-        from rltrainer.offline.policy_server import batch_of_one, obs_from_json
+        from rltrainer.offline.policy_service import batch_of_one, obs_from_json
 
         space = self._policy.observation_space
         return batch_of_one(space, obs_from_json(space, _to_json(observation)))

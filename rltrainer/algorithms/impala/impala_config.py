@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rltrainer.algorithms.algorithm_config import AlgorithmConfig, PiecewiseSchedule, _check_schedule
+from rltrainer.algorithms.algorithm_config import AlgorithmConfig, PiecewiseSchedule
+from rltrainer.algorithms.config_sections.section import check_schedule
 from rltrainer.errors import ConfigError
 
 
@@ -99,7 +100,7 @@ class IMPALAConfig(AlgorithmConfig):
     def validate(self) -> None:
         super().validate()
         if isinstance(self.entropy_coeff, list):
-            _check_schedule("entropy_coeff", self.entropy_coeff)
+            check_schedule("entropy_coeff", self.entropy_coeff)
         self._check_vtrace()
         if self.replay_proportion > 0 and self.replay_buffer_num_slots == 0:
             raise ConfigError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rltrainer.env.multi_agent_env import (
+from rltrainer.env.multi_agent_contract import (
     ALL,
     AgentID,
     MultiAgentDict,

@@ -1,0 +1,1 @@
+"""The sections of ``AlgorithmConfig``, one module per builder method (see ``section``)."""

@@ -1,0 +1,54 @@
+"""``.framework()``: torch (the only framework, accepted for RLlib compatibility) and
+``torch.compile`` for the learners and the env runners."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from rltrainer.algorithms.config_sections.section import ConfigSection
+
+#: ``torch.compile``'s modes.
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+
+
+KEYS = (
+    "framework_str",
+    "torch_compile_learner",
+    "torch_compile_learner_what_to_compile",
+    "torch_compile_learner_dynamo_backend",
+    "torch_compile_learner_dynamo_mode",
+    "torch_compile_worker",
+    "torch_compile_worker_dynamo_backend",
+    "torch_compile_worker_dynamo_mode",
+)
+
+
+class FrameworkSettings(ConfigSection):
+    """``framework()``'s settings."""
+
+    framework_str: Literal["torch"] = "torch"
+    """Only torch is supported; ``.framework("torch")`` is accepted for compatibility."""
+    torch_compile_learner: bool = False
+    """Run the learners' training forward pass through ``torch.compile`` (see
+    ``torch_compile_learner_what_to_compile``)."""
+    torch_compile_learner_what_to_compile: Literal["forward_train", "complete_update"] = "forward_train"
+    """``"forward_train"``: the module's forward pass; ``"complete_update"``: the whole loss of a
+    minibatch (forward pass and loss terms; their backward is compiled with them), for the
+    learners that compute one (PPO, APPO, IMPALA, A2C/A3C, PG, MARWIL/BC, DQN)."""
+    torch_compile_learner_dynamo_backend: str = "inductor"
+    """The ``torch.compile`` backend of the learners (``torch._dynamo.list_backends()``)."""
+    torch_compile_learner_dynamo_mode: CompileMode | None = None
+    """The ``torch.compile`` mode of the learners (None: torch's default)."""
+    torch_compile_worker: bool = False
+    """Env runners act through a ``torch.compile``d model (one torch call per batch) instead of
+    numpy inference."""
+    torch_compile_worker_dynamo_backend: str = "inductor"
+    """The ``torch.compile`` backend of the env runners (RLlib's default ``"onnxrt"`` is not a
+    backend of torch 2.13)."""
+    torch_compile_worker_dynamo_mode: CompileMode | None = None
+    """The ``torch.compile`` mode of the env runners (None: torch's default)."""
+
+    def framework(self, framework: str = "torch", **kwargs: Any) -> Self:
+        """Accepted for RLlib compatibility: only ``"torch"`` is supported (``eager_tracing=False``
+        and the other ``DOCUMENTED_SETTINGS`` as there)."""
+        return self._update("framework", {"framework_str": framework, **kwargs})

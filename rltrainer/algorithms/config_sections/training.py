@@ -1,0 +1,76 @@
+"""``.training()``: the optimization settings every algorithm shares (each algorithm's config adds
+its own) and the network (``model``, a ``ModelConfig``)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Literal, Self
+
+from pydantic import Field, ValidationError, field_validator
+
+from rltrainer.algorithms.config_sections.model import ModelConfig
+from rltrainer.algorithms.config_sections.section import ConfigSection, PiecewiseSchedule, check_schedule
+from rltrainer.errors import ConfigError
+
+KEYS = (
+    "gamma",
+    "lr",
+    "grad_clip",
+    "grad_clip_by",
+    "train_batch_size",
+    "model",
+)
+
+
+class TrainingSettings(ConfigSection):
+    """``training()``'s settings shared by all algorithms."""
+
+    gamma: float = Field(0.99, ge=0.0, le=1.0)
+    """Discount factor."""
+    lr: float | PiecewiseSchedule = 5e-5
+    """Learning rate, or a piecewise-linear schedule ``[[timestep, value], ...]``."""
+    grad_clip: float | None = Field(None, gt=0)
+    """Clip gradients (see ``grad_clip_by``); ``None`` disables clipping."""
+    grad_clip_by: Literal["value", "norm", "global_norm"] = "global_norm"
+    """Clip each element, each tensor's norm, or the norm over all tensors."""
+    train_batch_size: int = Field(4000, ge=1)
+    """Env steps collected per training iteration."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Network architecture; ``training(model={...})`` updates only the keys given."""
+
+    def training(self, **kwargs: Any) -> Self:
+        """Optimization settings (subclasses add their algorithm's own)."""
+        return self._update("training", kwargs)
+
+    def _check_training(self) -> None:
+        if isinstance(self.lr, list):
+            check_schedule("lr", self.lr)
+
+    def _merged_model(self, value: Any) -> ModelConfig:
+        if isinstance(value, ModelConfig):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"training(): 'model' must be a dict, got {type(value).__name__}")
+        merged = {**self.model.model_dump(), **value}
+        try:
+            return ModelConfig(**merged)
+        except ValidationError as err:
+            problem = err.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            if problem["type"] == "extra_forbidden":
+                hint = difflib.get_close_matches(where, list(ModelConfig.model_fields), n=1)
+                guess = f" (did you mean '{hint[0]}'?)" if hint else ""
+                raise ConfigError(
+                    f"training(): unknown model setting '{where}'{guess}; "
+                    f"allowed keys: {', '.join(ModelConfig.model_fields)}"
+                ) from None
+            message = problem["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"training(): invalid model setting '{where}': {message}") from None
+
+    @field_validator("lr")
+    @classmethod
+    def _non_negative_lr(cls, lr: Any) -> Any:
+        values = [lr] if isinstance(lr, float) else [v for _, v in lr]
+        if any(v < 0 for v in values):
+            raise ValueError("learning rates must be >= 0")
+        return lr
