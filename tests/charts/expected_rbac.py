@@ -21,8 +21,9 @@ From the operator's design (``rltrainer_operator.kube`` and kopf ``--standalone`
   never needs it back.
 
 Nothing else: the operator never reads Secrets (pods get S3 credentials and the Ray token
-through ``secretKeyRef``), and it only lists Pods (never reads their logs or changes them). ``tests/operator/test_rbac.py`` records what the operator really
-requests through a whole life cycle and checks it against this table and the rendered chart.
+through ``secretKeyRef``), and it only lists Pods (never reads their logs or changes them).
+``tests/operator/test_rbac.py`` records what the operator really requests through a whole life
+cycle and checks it against this table and the rendered chart.
 """
 
 from __future__ import annotations

@@ -425,7 +425,8 @@ def test_rllib_spellings_of_stop_keys_and_config_keys_are_accepted():
 def test_rllib_tuned_example_keys_act_or_say_why():
     switches = {"enable_connectors": True, "vf_share_layers": True, "lr_schedule": [[0, 1e-3], [100, 1e-4]]}
     validate_experiment(patched({"config": switches}))
-    with pytest.raises(InvalidSpec, match=r"spec\.config\.soft_horizon: .*episodes end when the env ends them"):
+    refused = r"spec\.config\.soft_horizon: .*episodes end when the env ends them"
+    with pytest.raises(InvalidSpec, match=refused):
         validate_experiment(patched({"config": {"soft_horizon": True}}))
 
 
