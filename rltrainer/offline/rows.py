@@ -185,7 +185,7 @@ def check_columns(columns: dict[str, np.ndarray], uri: str, layout: RowLayout) -
     if missing:
         raise InputError(
             f"offline input {uri}: no column(s) {missing}; offline files need the columns "
-            f"{', '.join(REQUIRED_COLUMNS)} as rltrainer's output writer writes them (see the README)"
+            f"{', '.join(REQUIRED_COLUMNS)} as rltrainer's output writer writes them (docs/guide/offline.md)"
         )
     rows = len(columns["rewards"])
     for name, column in columns.items():

@@ -77,8 +77,8 @@ def check_sweep(config: AlgorithmConfig, stop: dict[str, Any], settings: SweepSe
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise ConfigError(
             f"unknown metric {settings.metric!r}: no result has it; {hint}e.g. episode_return_mean, "
-            "episode_len_mean, timesteps_total, evaluation/episode_return_mean (every key: README, "
-            '"Results")'
+            "episode_len_mean, timesteps_total, evaluation/episode_return_mean "
+            "(every key: docs/guide/results.md)"
         )
     allowed = SCHEDULER_SETTINGS[settings.scheduler]
     unknown = sorted(set(settings.scheduler_config) - set(allowed))
