@@ -79,7 +79,8 @@ crds: $(STAMP)
 # Python 3.11 (`make base-image`, built once and cached by the engine), for machines that reach
 # package registries but no image registry. TORCH_WHEELS: a folder holding the torch wheel to
 # install (pip's own find-links folder by default, when it has one), mounted into the build.
-# REQUESTS_CA_BUNDLE: the CA bundle pip verifies with inside the build (pip's cert setting here).
+# REQUESTS_CA_BUNDLE: the CA bundle pip verifies with inside the build (pip's cert setting, when
+# it has one).
 IMAGE_REGISTRY ?= ghcr.io/rltrainer
 IMAGE_VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 TORCH_VERSION := $(shell sed -n 's/.*pip install torch==\([0-9.]*\).*/\1/p' Makefile | head -n 1)
@@ -87,8 +88,10 @@ CONTAINER_ENGINE ?= $(if $(shell command -v podman),podman,docker)
 LOCAL_BASE_IMAGE := localhost/rltrainer-base:bookworm
 BASE_IMAGE ?= $(if $(shell command -v mmdebstrap),$(LOCAL_BASE_IMAGE))
 TRAINER_VARIANTS ?= cpu
-TORCH_WHEELS ?= $(PIP_FIND_LINKS)
-REQUESTS_CA_BUNDLE ?= $(PIP_CERT)
+# pip's own settings, from its environment variables or its configuration files.
+PIP_SETTING = $(or $(1),$(shell $(PYTHON) -m pip config get global.$(2) 2>/dev/null))
+TORCH_WHEELS ?= $(call PIP_SETTING,$(PIP_FIND_LINKS),find-links)
+REQUESTS_CA_BUNDLE ?= $(call PIP_SETTING,$(PIP_CERT),cert)
 # podman here: runc, and no ulimits raised (this kind of machine refuses them; images/containers.conf).
 export CONTAINERS_CONF ?= $(CURDIR)/images/containers.conf
 # Build-time mounts (-v) are podman's; with docker, pip downloads torch and verifies with its own CAs.
