@@ -35,6 +35,7 @@ RAYCLUSTER_CRD = ROOT / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayc
 LONG_FIRST = (
     "test_images_on_node.py",
     "test_operator_in_pod.py",
+    "test_kuberay_pods.py",
     "test_journey.py",
     "test_docs.py",
     "test_distributed.py",

@@ -4,7 +4,9 @@ join the head, and the job API the operator uses answers on the head Pod."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 import uuid
 
 import kubernetes
@@ -12,7 +14,7 @@ import pytest
 
 from rltrainer_operator.builders.ray_token import build_token_secret, ray_token
 from rltrainer_operator.builders.raycluster import build_raycluster
-from rltrainer_operator.ray_jobs import RayJobClient
+from rltrainer_operator.ray_jobs import RayAuthError, RayJobClient
 from rltrainer_operator.settings import Settings
 from rltrainer_operator.testing.kuberay_pods import PodKubeRay
 from rltrainer_operator.validation import validate_experiment
@@ -107,5 +109,13 @@ def test_a_rayclusters_pods_run_ray_and_answer_the_job_api(control_plane, images
         120,
     )
     assert done.status == "SUCCEEDED", done
-    logs = control_plane.kubectl_run("logs", head["metadata"]["name"], "-n", NAMESPACE, check=False).stdout
-    assert "ray start" in logs or "Ray runtime started" in logs, logs[-2000:]
+    request = urllib.request.Request(
+        f"http://{head['status']['podIP']}:8265/api/jobs/count-nodes/logs",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        job_logs = json.loads(answer.read())["logs"]
+    assert "nodes 2" in job_logs, job_logs  # the worker Pod's raylet joined the head's
+    # Without the token the cluster refuses the job API (KubeRay's authOptions, Ray's token mode).
+    with pytest.raises(RayAuthError):
+        RayJobClient(f"http://{head['status']['podIP']}:8265").get("count-nodes")

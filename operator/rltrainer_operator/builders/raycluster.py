@@ -257,6 +257,9 @@ def pod_template(
                 "image": image,
                 "env": copy.deepcopy(env),
                 "resources": {"requests": dict(requests), "limits": dict(requests)},
+                # A crash's last log lines become the container's termination message, which the
+                # operator quotes in the experiment's condition (pod_problems).
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},

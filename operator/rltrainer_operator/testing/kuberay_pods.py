@@ -55,6 +55,14 @@ HEAD_GROUP = "headgroup"
 DISABLE_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
 #: KubeRay's head Service ports (service.go) and the head container's defaults.
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080}
+#: Ray's dashboard agent port, where a raylet's health is asked (KubeRay's default too).
+AGENT_PORT = 52365
+#: The probe's program: every URL answers ``success``.
+_PROBE = (
+    "import sys, urllib.request\n"
+    "for url in sys.argv[1:]:\n"
+    "    assert b'success' in urllib.request.urlopen(url, timeout=3).read()\n"
+)
 #: ``ray start`` options that take no value: ``"true"`` turns them on.
 FLAG_PARAMS = frozenset({"disable-usage-stats", "no-redirect-output", "ray-debugger-external"})
 
@@ -98,11 +106,10 @@ def ray_start_command(group_spec: dict[str, Any], *, head: bool, head_address: s
     if head:
         params.setdefault("metrics-export-port", str(HEAD_PORTS["metrics"]))
         params.setdefault("dashboard-host", "0.0.0.0")
+    # Values go in as given: KubeRay's resources are already quoted for the shell ("{\"name\": 1}").
     for key, value in sorted(params.items()):
         if key in FLAG_PARAMS:
             words += [f"--{key}"] if value.lower() == "true" else []
-        elif key == "resources":
-            words.append(f"--resources='{value}'")
         else:
             words.append(f"--{key}={value}")
     return " ".join(words)
@@ -241,6 +248,20 @@ class PodKubeRay:
                 {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": secret}},
             ]
         container["env"] = env
+        # KubeRay injects readiness and liveness probes when the template has none (v1.1+): the
+        # raylet's health through the dashboard agent, and on the head the GCS's through the
+        # dashboard. It asks with wget; the trainer image has Python.
+        checks = [f"http://127.0.0.1:{AGENT_PORT}/api/local_raylet_healthz"]
+        if head:
+            checks.append(f"http://127.0.0.1:{HEAD_PORTS['dashboard']}/api/gcs_healthz")
+        probe = {
+            "exec": {"command": ["python3", "-c", _PROBE, *checks]},
+            "initialDelaySeconds": 5,
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+            "failureThreshold": 10,
+        }
+        container.setdefault("readinessProbe", probe)
         if head:
             ports = {p.get("name"): p for p in container.get("ports") or []}
             for port_name, port in HEAD_PORTS.items():
