@@ -20,7 +20,15 @@ MERGE = "application/merge-patch+json"
 CLUSTER_READY_S = 240
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float, interval_s: float = 0.5) -> Any:
+def wait_for(
+    what: str,
+    check: Callable[[], Any],
+    timeout_s: float,
+    interval_s: float = 0.5,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """``check()``'s first truthy value; after ``timeout_s`` an AssertionError naming ``what``, its
+    last value and, when given, ``explain()`` (a ``kubectl describe``, say)."""
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
@@ -28,7 +36,8 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, interval_s: 
         if last:
             return last
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
+    detail = f"\n{explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r}){detail}")
 
 
 def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:

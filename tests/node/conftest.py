@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,12 +23,7 @@ from rltrainer_operator.testing.node import Node, find_node_assets, missing_node
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_STORE = Path.home() / ".cache" / "rltrainer-node" / "containerd"
-VERSION = subprocess.run(
-    ["sed", "-n", 's/^version = "\\(.*\\)"/\\1/p', str(ROOT / "pyproject.toml")],
-    capture_output=True,
-    text=True,
-    check=True,
-).stdout.strip()
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 OPERATOR_IMAGE = f"ghcr.io/rltrainer/operator:{VERSION}"
 TRAINER_IMAGE = f"ghcr.io/rltrainer/trainer:{VERSION}-cpu"
 

@@ -1,10 +1,9 @@
-"""Waiting on real Pods: phases, conditions and container states read through kubectl."""
+"""Real Pods through kubectl: applying and deleting objects, reading their state (waiting on it:
+``tests.e2e.helpers.wait_for``)."""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from rltrainer_operator.testing.envtest import ControlPlane
@@ -16,21 +15,20 @@ def get(plane: ControlPlane, *args: str) -> Any:
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
+def as_list(*objects: dict[str, Any]) -> str:
+    """The objects as one ``v1`` List, for ``kubectl ... -f -``."""
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+
+
 def apply(plane: ControlPlane, *objects: dict[str, Any]) -> None:
+    plane.kubectl_run("apply", "-f", "-", stdin=as_list(*objects))
+
+
+def delete(plane: ControlPlane, *objects: dict[str, Any], wait: bool = False) -> None:
+    """Delete the objects (those already gone are no error)."""
     plane.kubectl_run(
-        "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+        "delete", "-f", "-", f"--wait={str(wait).lower()}", stdin=as_list(*objects), check=False
     )
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float, explain: Callable[[], str] = str) -> Any:
-    """Poll ``check`` until it returns something true; fail with ``explain()`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout_s:.0f} s\n{explain()}")
 
 
 def container_states(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:

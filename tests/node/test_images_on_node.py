@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tests.node.helpers import apply, container_states, describe, get, wait_for
+from tests.e2e.helpers import wait_for
+from tests.node.helpers import apply, container_states, describe, get
 
 LOCKED_DOWN = {
     "readOnlyRootFilesystem": True,
@@ -70,7 +71,7 @@ def test_trainer_image_trains_and_evaluates_as_non_root_on_a_read_only_root(cont
                 and p
             ),
             300,
-            lambda: describe(control_plane, "pod", "trainer-image", "default"),
+            explain=lambda: describe(control_plane, "pod", "trainer-image", "default"),
         )
         logs = {
             c: control_plane.kubectl_run("logs", "trainer-image", "-c", c, check=False).stdout

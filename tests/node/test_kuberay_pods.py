@@ -18,7 +18,8 @@ from rltrainer_operator.ray_jobs import RayAuthError, RayJobClient
 from rltrainer_operator.settings import Settings
 from rltrainer_operator.testing.kuberay_pods import PodKubeRay
 from rltrainer_operator.validation import validate_experiment
-from tests.node.helpers import apply, describe, get, wait_for
+from tests.e2e.helpers import wait_for
+from tests.node.helpers import apply, describe, get
 
 NAMESPACE = "kuberay-pods"
 TOKEN_KEY = "kuberay-pods-test-key"
@@ -80,7 +81,7 @@ def test_a_rayclusters_pods_run_ray_and_answer_the_job_api(control_plane, images
         "the RayCluster ready on real Pods",
         ready,
         240,
-        lambda: (
+        explain=lambda: (
             control_plane.kubectl_run("get", "pods", "-n", NAMESPACE, "-o", "wide", check=False).stdout
             + "\n".join(
                 describe(control_plane, "pod", p["metadata"]["name"], NAMESPACE)

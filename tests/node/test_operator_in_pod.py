@@ -27,7 +27,8 @@ import pytest
 
 from rltrainer_operator.testing.envtest import free_port
 from tests.charts.helpers import render_objects
-from tests.node.helpers import apply, describe, get, wait_for
+from tests.e2e.helpers import wait_for
+from tests.node.helpers import apply, delete, describe, get
 
 NAMESPACE = "rltrainer-system"
 WATCHED = "experiments"
@@ -95,14 +96,7 @@ def operator_release(control_plane, images):
     control_plane.kubectl_run(
         "delete", "rlexperiments", "--all", "-n", WATCHED, "--wait=true", "--timeout=60s", check=False
     )
-    control_plane.kubectl_run(
-        "delete",
-        "-f",
-        "-",
-        "--wait=true",
-        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-        check=False,
-    )
+    delete(control_plane, *objects, wait=True)
 
 
 def test_operator_pod_runs_with_the_charts_identity_and_probes(control_plane, operator_release) -> None:
@@ -228,14 +222,7 @@ def test_an_image_missing_from_the_node_shows_on_the_pod(control_plane) -> None:
 
         assert wait_for("ErrImageNeverPull on the operator Pod", waiting_reason, 60)
     finally:
-        control_plane.kubectl_run(
-            "delete",
-            "-f",
-            "-",
-            "--wait=false",
-            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-            check=False,
-        )
+        delete(control_plane, *objects)
 
 
 @pytest.mark.usefixtures("operator_release")
@@ -256,14 +243,7 @@ def test_a_memory_limit_too_small_shows_as_oomkilled(control_plane) -> None:
         name = wait_for("an OOMKilled operator container", oom_killed, 90)
         assert "OOMKilled" in describe(control_plane, "pod", name, NAMESPACE)
     finally:
-        control_plane.kubectl_run(
-            "delete",
-            "-f",
-            "-",
-            "--wait=false",
-            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-            check=False,
-        )
+        delete(control_plane, *objects)
 
 
 def kuberay_head_pod(raycluster: dict[str, Any]) -> dict[str, Any]:
@@ -342,7 +322,7 @@ def test_an_experiment_image_missing_from_the_node_becomes_its_condition(control
         "ImagePullFailed on the experiment",
         condition,
         60,
-        lambda: describe(control_plane, "rlexperiment", "ppo-missing-image", WATCHED),
+        explain=lambda: describe(control_plane, "rlexperiment", "ppo-missing-image", WATCHED),
     )
     assert (
         "the head" in found["message"]
