@@ -87,6 +87,70 @@ class ControlPlaneError(RuntimeError):
     """A control-plane process did not come up; the message ends with its log."""
 
 
+class Processes:
+    """Named child processes of a test harness, each logging to ``<logs>/<name>.log``.
+
+    ``new_session``: each in a process group of its own, so a Ctrl-C to the test run reaches the
+    harness, which then stops them in order (a container runtime must outlive its kubelet).
+    Either way a child gets SIGTERM when the process that started it dies."""
+
+    def __init__(self, logs: Path, *, new_session: bool = False) -> None:
+        self.logs = logs
+        self.new_session = new_session
+        self._procs: dict[str, subprocess.Popen] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._procs
+
+    def launch(self, name: str, argv: list[str]) -> subprocess.Popen:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+                start_new_session=self.new_session,
+            )
+        finally:
+            log.close()
+        self._procs[name] = proc
+        return proc
+
+    def end(self, name: str) -> None:
+        """SIGTERM, then SIGKILL after 15 s; nothing when it is not running."""
+        proc = self._procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def wait(self, name: str, ready: Any, timeout_s: float) -> None:
+        """Until ``ready()``; ``ControlPlaneError`` with the log's tail when it exits or times out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._procs[name].poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited ({self._procs[name].returncode}):\n{self.log_tail(name)}"
+                )
+            if ready():
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{name} not ready after {timeout_s:.0f}s:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        try:
+            return "\n".join((self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1; a context manager.
 
@@ -103,7 +167,7 @@ class ControlPlane:
         self.kubeconfig = self.root / "kubeconfig"
         self.audit_log = self.root / "audit.log"
         self.url = ""
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs = Processes(self.root)
         self._etcd_dir: Path | None = None
         self._pki = self.root / "pki"
 
@@ -124,15 +188,7 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop what this object started (controller-manager, API server, etcd), then its files."""
         for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
-            proc = self._procs.pop(name, None)
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            self._procs.end(name)
         if self._etcd_dir is not None:
             shutil.rmtree(self._etcd_dir, ignore_errors=True)
         if self._own_root:
@@ -147,37 +203,13 @@ class ControlPlane:
     # ------------------------------------------------------------------------------------ processes
 
     def _launch(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
-        try:
-            proc = subprocess.Popen(
-                [str(self.assets / name), *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,
-            )
-        finally:
-            log.close()
-        self._procs[name] = proc
-        return proc
+        return self._procs.launch(name, [str(self.assets / name), *args])
 
     def _wait(self, name: str, ready: Any) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._procs[name].poll() is not None:
-                raise ControlPlaneError(
-                    f"{name} exited ({self._procs[name].returncode}):\n{self.log_tail(name)}"
-                )
-            if ready():
-                return
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{name} not ready after {self.start_timeout_s:.0f}s:\n{self.log_tail(name)}")
+        self._procs.wait(name, ready, self.start_timeout_s)
 
     def log_tail(self, name: str, lines: int = 20) -> str:
-        try:
-            return "\n".join((self.root / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return self._procs.log_tail(name, lines)
 
     def _start_etcd(self) -> None:
         shm = Path("/dev/shm")

@@ -23,7 +23,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -36,6 +35,7 @@ from rltrainer_operator.testing.envtest import (
     SHARED_ENVTEST,
     ControlPlane,
     ControlPlaneError,
+    Processes,
     free_port,
 )
 
@@ -138,11 +138,12 @@ class Node:
         self.pod_cidr = ""
         self.bridge = ""
         self.gateway = ""
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs = Processes(self.root / "logs", new_session=True)
         self._lock: Any = None
         self._store_lock: Any = None
         self._publisher: threading.Thread | None = None
         self._stop_publisher = threading.Event()
+        self._namespace_watch: subprocess.Popen | None = None
         self._netns_before: set[str] = set()
         self.image_store = self._take_store(image_store) or self.root / "containerd-root"
 
@@ -173,13 +174,16 @@ class Node:
         """Stop what ``start`` began, newest first; then the node's files (when it made them)."""
         if self._publisher is not None:
             self._stop_publisher.set()
-            self._publisher.join(10)
+            while self._publisher.is_alive():  # its watch may have been starting
+                if self._namespace_watch is not None:
+                    self._namespace_watch.terminate()
+                self._publisher.join(0.5)
             self._publisher = None
         for name in ("kubelet", "kube-scheduler"):
-            self._end(name)
+            self._procs.end(name)
         if "containerd" in self._procs:
             self._remove_containers()
-        self._end("containerd")
+        self._procs.end("containerd")
         self._remove_leftovers()
         for lock in (self._lock, self._store_lock):
             if lock is not None:
@@ -230,44 +234,8 @@ class Node:
 
     # ------------------------------------------------------------------------------------ processes
 
-    def _launch(self, name: str, args: list[str]) -> None:
-        log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
-        try:
-            self._procs[name] = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        finally:
-            log.close()
-
-    def _end(self, name: str) -> None:
-        proc = self._procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
     def log_tail(self, name: str, lines: int = 20) -> str:
-        try:
-            text = (self.root / "logs" / f"{name}.log").read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def _wait(self, name: str, ready: Any, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._procs[name].poll() is not None:
-                raise ControlPlaneError(
-                    f"{name} exited ({self._procs[name].returncode}):\n{self.log_tail(name)}"
-                )
-            if ready():
-                return
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{name} not ready after {timeout_s:.0f}s:\n{self.log_tail(name)}")
+        return self._procs.log_tail(name, lines)
 
     def _reserve_network(self) -> None:
         """The first /24 of 10.244.0.0/16 whose lock this process can take and that no route uses."""
@@ -331,8 +299,8 @@ state = "{self.root}/containerd-state"
             ],
         }
         (self.root / "cni" / "10-bridge.conflist").write_text(json.dumps(network))
-        self._launch("containerd", ["containerd", "--config", str(self.root / "containerd.toml")])
-        self._wait("containerd", lambda: _ok(["ctr", "--address", str(self.socket), "version"]), 60)
+        self._procs.launch("containerd", ["containerd", "--config", str(self.root / "containerd.toml")])
+        self._procs.wait("containerd", lambda: _ok(["ctr", "--address", str(self.socket), "version"]), 60)
         self._remove_containers()  # a kept store may hold those of a run that was killed
 
     def _take_store(self, store: Path | None) -> Path | None:
@@ -380,7 +348,7 @@ state = "{self.root}/containerd-state"
 
     def _start_scheduler(self) -> None:
         port = free_port()
-        self._launch(
+        self._procs.launch(
             "kube-scheduler",
             [
                 str(self.assets / "kube-scheduler"),
@@ -400,12 +368,19 @@ state = "{self.root}/containerd-state"
         token starts."""
         ca = (self.plane.root / "pki" / "ca.crt").read_text()
         self._stop_publisher = threading.Event()
+        watch_namespaces = [str(self.plane.kubectl), f"--kubeconfig={self.plane.kubeconfig}"]
+        watch_namespaces += ["get", "namespaces", "-o", "name", "--watch"]
 
         def publish() -> None:
             done: set[str] = set()
-            while not self._stop_publisher.wait(0.5):
-                listed = self.plane.kubectl_run("get", "namespaces", "-o", "name", check=False).stdout.split()
-                for namespace in {n.removeprefix("namespace/") for n in listed} - done:
+            while not self._stop_publisher.is_set():  # again when the API server ends the watch
+                self._namespace_watch = subprocess.Popen(
+                    watch_namespaces, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+                )
+                for line in self._namespace_watch.stdout:
+                    namespace = line.strip().removeprefix("namespace/")
+                    if namespace in done:
+                        continue
                     config_map = {
                         "apiVersion": "v1",
                         "kind": "ConfigMap",
@@ -415,8 +390,10 @@ state = "{self.root}/containerd-state"
                     applied = self.plane.kubectl_run(
                         "apply", "-f", "-", stdin=json.dumps(config_map), check=False
                     )
-                    if applied.returncode == 0:
+                    if applied.returncode == 0:  # not when the namespace is being deleted
                         done.add(namespace)
+                self._namespace_watch.wait()
+                self._stop_publisher.wait(0.5)
 
         self._publisher = threading.Thread(target=publish, name="service-ca-publisher", daemon=True)
         self._publisher.start()
@@ -464,7 +441,7 @@ state = "{self.root}/containerd-state"
             args.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in self.labels.items()))
         if self.taints:
             args.append("--register-with-taints=" + ",".join(self.taints))
-        self._launch("kubelet", args)
+        self._procs.launch("kubelet", args)
 
     def _wait_ready(self) -> None:
         def ready() -> bool:
@@ -478,7 +455,7 @@ state = "{self.root}/containerd-state"
             )
             return done.stdout.strip() == "True"
 
-        self._wait("kubelet", ready, self.ready_timeout_s)
+        self._procs.wait("kubelet", ready, self.ready_timeout_s)
 
     def _advertise(self, capacity: dict[str, str]) -> None:
         """Extended resources in the node's status (what a device plugin would report)."""
