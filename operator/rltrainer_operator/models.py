@@ -193,8 +193,9 @@ class Learners(_Model):
     """Number of learners (0: the learner runs inside the driver on the head)."""
     gpusPerLearner: int = Field(default=0, ge=0, le=8)
     """GPUs each learner pod requests (0: CPU learners)."""
-    cpusPerLearner: int = Field(default=1, ge=1, le=256)
-    """CPUs each learner pod requests (also Ray's num-cpus)."""
+    cpusPerLearner: float = Field(default=1, gt=0, le=256)
+    """CPUs each learner pod requests and its learner reserves; a fraction (``0.5``) gives the pod
+    a CPU request in millicores (``500m``) and Ray the whole count above it (as KubeRay does)."""
     memory: Quantity = "4Gi"
     """Memory each learner pod requests and is limited to."""
     nodeSelector: dict[str, str] = Field(default_factory=dict)
@@ -214,8 +215,9 @@ class Rollouts(_Model):
 
     replicas: int = Field(default=2, ge=0, le=1024)
     """Number of env runners (0: sampling runs inside the driver); can change while running."""
-    cpusPerRunner: int = Field(default=1, ge=1, le=256)
-    """CPUs each rollout pod requests (also Ray's num-cpus)."""
+    cpusPerRunner: float = Field(default=1, gt=0, le=256)
+    """CPUs each rollout pod requests and its env runner reserves; a fraction (``0.5``) gives the
+    pod a CPU request in millicores (``500m``) and Ray the whole count above it (as KubeRay does)."""
     envsPerRunner: int = Field(default=1, ge=1, le=4096)
     """Vectorized sub-environments per env runner."""
     memory: Quantity = "2Gi"

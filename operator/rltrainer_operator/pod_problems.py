@@ -27,6 +27,8 @@ class PodProblem:
     reason: str
     group: str
     message: str
+    restarts: int = 0
+    """The failing container's restart count (the kubelet's ``restartCount``)."""
 
 
 def pod_problems(pods: list[dict[str, Any]]) -> list[PodProblem]:
@@ -64,6 +66,7 @@ def _problem(pod: dict[str, Any]) -> PodProblem | None:
             detail = waiting.get("message", "")
             message = f"{where}: image {image} cannot be had ({waiting['reason']})"
             return PodProblem("ImagePullFailed", group, f"{message}: {detail}" if detail else message)
+        restarts = int(container.get("restartCount") or 0)
         for ended in (terminated, last):
             if ended.get("reason") == "OOMKilled":
                 limit = _memory_limit(pod, name)
@@ -72,6 +75,7 @@ def _problem(pod: dict[str, Any]) -> PodProblem | None:
                     group,
                     f"{where}: container {name} was killed for using more memory than its limit ({limit}); "
                     "raise the group's memory",
+                    restarts,
                 )
         if waiting.get("reason") == "CrashLoopBackOff":
             code = last.get("exitCode", "?")
@@ -80,6 +84,7 @@ def _problem(pod: dict[str, Any]) -> PodProblem | None:
                 "CrashLoopBackOff",
                 group,
                 f"{where}: container {name} keeps failing (exit code {code})" + (f": {said}" if said else ""),
+                restarts,
             )
     return None
 

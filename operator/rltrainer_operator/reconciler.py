@@ -378,6 +378,24 @@ class _Step:
         if problems and self.status.message != problems[0].message:
             self.transition(Phase.PROVISIONING, problems[0].reason, problems[0].message, warning=True)
 
+    def _crash_looping(self) -> bool:
+        """While the job runs, a Ray container that keeps dying (crash loop, killed for memory):
+        said in the conditions at once; restarted ``crash_loop_restarts`` times, the experiment
+        restarts (Failed past its backoff limit), as a driver would wait for that pod forever.
+        True when it restarted."""
+        pods = self.r.kube.list_cluster_pods(self.namespace, self._cluster_name())
+        failing = [p for p in pod_problems(pods) if p.reason in ("CrashLoopBackOff", "OOMKilled")]
+        if not failing:
+            return False
+        worst = max(failing, key=lambda problem: problem.restarts)
+        if worst.restarts >= self.r.settings.crash_loop_restarts:
+            message = f"{worst.message} (restarted {worst.restarts} times)"
+            self._restart(worst.reason, message, cluster_lost=True)
+            return True
+        if self.status.message != worst.message:
+            self.transition(Phase.RUNNING, worst.reason, worst.message, warning=True)
+        return False
+
     def _submit(self, cluster: dict[str, Any]) -> None:
         """Start the next driver attempt on the (ready) ``cluster``."""
         attempt = _attempt_of(self.status.jobId) + 1
@@ -419,6 +437,8 @@ class _Step:
             return self._succeed(cluster)
         if job.finished:
             return self._restart("JobFailed", _job_message(job), cluster_lost=False)
+        if self._crash_looping():
+            return
         self._rescale(cluster, job)
 
     def _rescale(self, cluster: dict[str, Any], job: JobInfo) -> None:

@@ -21,6 +21,10 @@ class Settings:
     """How often each experiment's job, cluster and progress are checked."""
     provision_timeout_s: float = 600.0
     """A cluster not ready after this long counts as lost (restart, up to backoffLimit)."""
+    crash_loop_restarts: int = 3
+    """A Ray container restarted this many times and still crash-looping (or killed for memory)
+    while the job runs restarts the experiment (up to backoffLimit, then Failed) instead of
+    letting the driver wait for it forever."""
     backoff_base_s: float = 10.0
     """First restart delay; doubles per restart."""
     backoff_max_s: float = 300.0

@@ -25,6 +25,7 @@ from rltrainer_operator.builders.raycluster import (
     build_raycluster,
     cluster_shape,
     cpu_count,
+    cpu_quantity,
     scale_patch,
     worker_replicas,
 )
@@ -132,6 +133,17 @@ def test_names_are_deterministic_and_short_enough():
 
 def test_cpu_quantities_round_up_to_whole_ray_cpus():
     assert [cpu_count(q) for q in ("500m", "1", "2.5", "4000m")] == [1, 1, 3, 4]
+
+
+def test_half_a_cpu_per_runner_is_a_500m_pod_with_one_ray_cpu():
+    body, experiment = load("cpu_only")
+    spec = RLExperiment.model_validate(
+        {"spec": {**experiment.spec.model_dump(exclude_none=True), "rollouts": {"cpusPerRunner": 0.5}}}
+    ).spec
+    group = build_raycluster(body, spec, SETTINGS)["spec"]["workerGroupSpecs"][1]
+    assert group["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "500m"
+    assert group["rayStartParams"]["num-cpus"] == "1"
+    assert [cpu_quantity(c) for c in (1, 2.0, 0.25, 0.0001)] == ["1", "2", "250m", "1m"]
 
 
 def test_scale_patch_changes_only_the_group():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import kubernetes
 import pytest
 from conftest import MERGE, apply, experiment_manifest, get_experiment, patch_spec, wait_for
 
@@ -401,3 +402,58 @@ def test_a_cluster_owned_by_another_is_not_adopted(ns, op, kube, kuberay):
     )
     kuberay.ready(ns, CLUSTER)
     assert op.step()["phase"] == "Provisioning"  # waits instead of submitting to a stranger's cluster
+
+
+def crash_looping_pod(kube, restarts: int) -> None:
+    """A rollout Pod of the cluster whose container keeps dying, as the kubelet reports it."""
+    core = kubernetes.client.CoreV1Api(kube.api_client)
+    name = f"{CLUSTER}-rollouts-worker-abcde"
+    labels = {"ray.io/cluster": CLUSTER, "ray.io/group": "rollouts"}
+    try:
+        core.create_namespaced_pod(
+            kube.ns,
+            {
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"containers": [{"name": "ray-worker", "image": "trainer:1"}]},
+            },
+        )
+    except kubernetes.client.ApiException as err:
+        assert err.status == 409
+    last = {
+        "terminated": {
+            "reason": "Error",
+            "exitCode": 1,
+            "message": "ray start\nOSError: no GCS at 10.0.0.1\n",
+        }
+    }
+    status = {
+        "phase": "Running",
+        "containerStatuses": [
+            {
+                "name": "ray-worker",
+                "image": "trainer:1",
+                "imageID": "",
+                "ready": False,
+                "restartCount": restarts,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}},
+                "lastState": last,
+            }
+        ],
+    }
+    core.patch_namespaced_pod_status(name, kube.ns, {"status": status})
+
+
+@pytest.mark.usefixtures("ray_api")
+def test_a_worker_pod_crash_looping_while_running_restarts_then_fails(op, kube, kuberay):
+    """Said at once, with the container's last line; after ``crash_loop_restarts`` restarts the
+    experiment restarts on a new cluster, and past its backoff limit it fails: never Running forever."""
+    start_running(op, kuberay, faultTolerance={"backoffLimit": 0})
+    crash_looping_pod(kube, restarts=1)
+    status = op.step()
+    assert status["phase"] == "Running" and condition(status, "Running")["reason"] == "CrashLoopBackOff"
+    assert "group rollouts" in status["message"] and status["message"].endswith("OSError: no GCS at 10.0.0.1")
+    crash_looping_pod(kube, restarts=3)
+    status = op.step()
+    assert status["phase"] == "Failed", status
+    assert "restarted 3 times" in condition(status, "Failed")["message"]
+    assert "OSError: no GCS at 10.0.0.1" in condition(status, "Failed")["message"]

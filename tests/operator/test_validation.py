@@ -70,7 +70,7 @@ INVALID = [
         {"rollouts": {"cpusPerRunner": 0}},
         SCHEMA,
         "spec.rollouts.cpusPerRunner",
-        ">= 1",
+        "> 0",
     ),
     ("too-many-gpus", {"learners": {"gpusPerLearner": 9}}, SCHEMA, "spec.learners.gpusPerLearner", "<= 8"),
     (

@@ -48,6 +48,11 @@ def cpu_count(quantity: str) -> int:
     return max(1, math.ceil(value))
 
 
+def cpu_quantity(cpus: float) -> str:
+    """CPUs as a Kubernetes quantity: whole ones as they are (``2``), fractions in millicores."""
+    return str(int(cpus)) if float(cpus).is_integer() else f"{max(1, round(cpus * 1000))}m"
+
+
 def ray_resources(resources: dict[str, float]) -> str:
     """KubeRay's ``rayStartParams.resources`` format: a JSON object in a quoted string."""
     return json.dumps(json.dumps(resources, sort_keys=True))
@@ -203,7 +208,7 @@ def worker_group(
     replicas: int,
     image: str,
     env: list[dict[str, Any]],
-    cpus: int,
+    cpus: float,
     gpus: int,
     memory: str,
     custom_resource: str,
@@ -212,8 +217,9 @@ def worker_group(
     service_account: str | None,
 ) -> dict[str, Any]:
     """One worker group: ``replicas`` pods, each advertising one unit of ``custom_resource``."""
-    params = {"num-cpus": str(cpus), "resources": ray_resources({custom_resource: 1})}
-    requests: dict[str, Any] = {"cpu": str(cpus), "memory": memory}
+    quantity = cpu_quantity(cpus)
+    params = {"num-cpus": str(cpu_count(quantity)), "resources": ray_resources({custom_resource: 1})}
+    requests: dict[str, Any] = {"cpu": quantity, "memory": memory}
     if gpus:
         params["num-gpus"] = str(gpus)
         requests[GPU_RESOURCE] = str(gpus)
