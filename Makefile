@@ -49,12 +49,13 @@ test: $(STAMP) system-deps
 	$(BIN)/python -m compileall -q -j 0 rltrainer operator/rltrainer_operator tests bench
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
-# End to end without a cluster (tests/e2e): the operator, real local Ray clusters played by the
-# local KubeRay, moto's S3, and the fault matrix. About 15 minutes on 2 cores; `make test` runs only
-# the journey, shortened (~2 min: a fixed number of iterations instead of until solved), and the
-# fault matrix's storage rows.
-e2e: $(STAMP)
-	$(BIN)/python -m pytest tests/e2e -m e2e
+# End to end without a cluster: tests/e2e (the operator, real local Ray clusters played by the
+# local KubeRay, moto's S3, the fault matrix) and tests/node (the same journeys on real Pods on two
+# real nodes, suspend/resume and a sweep there too). About 25 minutes on 2 cores; `make test` runs
+# the journeys shortened (a fixed number of iterations instead of until solved), the node's
+# bad-input cases and the fault matrix's storage rows.
+e2e: $(STAMP) system-deps
+	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/e2e tests/node
 
 lint: $(STAMP)
 	$(BIN)/ruff check rltrainer operator tests bench

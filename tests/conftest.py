@@ -36,6 +36,7 @@ LONG_FIRST = (
     "test_images_on_node.py",
     "test_operator_in_pod.py",
     "test_kuberay_pods.py",
+    "test_platform_on_pods.py",
     "test_journey.py",
     "test_docs.py",
     "test_distributed.py",
@@ -67,6 +68,12 @@ def pytest_xdist_make_scheduler(config, log):
             return "tests/node" if nodeid.startswith("tests/node/") else super()._split_scope(nodeid)
 
     return NodeTestsTogether(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Here, not in tests/e2e: tests/node reuses the end-to-end journeys (and their marks).
+    config.addinivalue_line("markers", "e2e: end to end with real local Ray clusters (make e2e)")
+    config.addinivalue_line("markers", "in_make_test: an end-to-end test that make test runs too")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

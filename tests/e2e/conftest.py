@@ -16,11 +16,6 @@ import pytest
 from tests.e2e.helpers import wait_for_no_marked_processes
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "e2e: end to end with real local Ray clusters (make e2e)")
-    config.addinivalue_line("markers", "in_make_test: an end-to-end test that make test runs too")
-
-
 def e2e_requested(config) -> bool:
     """Whether the end-to-end tests were asked for: ``-m e2e``, a path under ``tests/e2e`` on
     the command line, or ``RLTRAINER_E2E=1`` (``make e2e``); not by a plain ``pytest``."""

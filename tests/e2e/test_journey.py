@@ -5,11 +5,16 @@ the controller-manager's garbage collector), KubeRay is ``LocalKubeRay`` (real l
 clusters), S3 is moto's server, and the operator is the real kopf runtime with the real
 handlers. Experiments are applied with ``kubectl apply``; the driver is submitted through Ray's
 real job API and runs the real ``rltrainer``.
+
+The same journeys run on real Pods (``tests/node/test_platform_on_pods.py``): a ``Platform``
+whose stack runs on nodes passes each spec through ``adapt`` (image, pod sizes, placement) and
+loses a rollout worker with ``kubectl delete pod`` instead of a crash.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import os
@@ -18,6 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,7 @@ from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.builders.raycluster import worker_replicas
 from rltrainer_operator.settings import Settings
 from rltrainer_operator.testing.local_stack import FAKE_CREDENTIALS, REGION, LocalStack
+from rltrainer_operator.testing.node import missing_node_requirements
 from rltrainer_operator.testing.runner import OperatorRunner
 from tests.e2e.helpers import MERGE, get_raycluster, wait_for
 
@@ -65,14 +72,27 @@ class Platform:
     custom: Any
     core: Any
     started: float = dataclasses.field(default_factory=time.monotonic)
+    #: What every applied spec goes through (real Pods: the trainer image, sizes that fit the nodes).
+    adapt: Callable[[dict[str, Any]], dict[str, Any]] = lambda spec: spec
     _last: dict = dataclasses.field(default_factory=dict)
 
     @property
     def kuberay(self):
         return self.stack.kuberay
 
+    @property
+    def on_pods(self) -> bool:
+        return self.stack.on_nodes
+
+    def lose_rollout(self, namespace: str, cluster: str) -> str:
+        """A rollout worker lost: ``kubectl delete pod`` on real Pods, its processes killed otherwise."""
+        if self.on_pods:
+            return self.kuberay.delete_worker(namespace, cluster, "rollouts")
+        return self.kuberay.kill_worker(namespace, cluster, "rollouts")
+
     def apply(self, name: str, namespace: str, spec: dict[str, Any]) -> None:
         """``kubectl apply -f`` of the experiment (creating its namespace first when needed)."""
+        spec = self.adapt(spec)
         body = {
             "apiVersion": "rltrainer.io/v1alpha1",
             "kind": "RLExperiment",
@@ -144,9 +164,22 @@ class Platform:
         self.core.create_namespaced_secret(namespace, {"metadata": {"name": "s3-creds"}, "data": data})
 
 
-@pytest.fixture
-def platform(monkeypatch):
-    """Real control plane + local KubeRay + moto S3 + the operator (watching every namespace)."""
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on it, mappings merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (
+            merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+@contextlib.contextmanager
+def running_platform(
+    monkeypatch, stack: LocalStack, adapt: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+):
+    """The operator (watching every namespace) on ``stack`` (not started yet): a ``Platform``,
+    stopped after, with nothing of Ray's left behind."""
     # The operator reads progress with its own identity: the environment's (the chart's) credentials.
     for key, value in {**FAKE_CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(key, value)
@@ -154,7 +187,7 @@ def platform(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-    stack = LocalStack(s3_bucket=BUCKET).start()
+    stack.start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", stack.s3_endpoint)  # for the rltrainer CLI calls below
     settings = Settings(
         poll_interval_s=1,
@@ -172,14 +205,25 @@ def platform(monkeypatch):
             operator,
             kubernetes.client.CustomObjectsApi(stack.api_client),
             kubernetes.client.CoreV1Api(stack.api_client),
+            adapt=adapt or (lambda spec: spec),
         )
     finally:
         if operator is not None:
             operator.stop()
         kuberay = stack.kuberay
+        if stack.on_nodes and kuberay is not None:  # the Pods' deletion is graceful: wait for it
+            wait_for("every Ray pod gone", lambda: not kuberay.processes(), 120)
         stack.stop()
-        assert not kuberay.processes(), "processes left behind"
-        assert not kuberay.errors, kuberay.errors
+        if kuberay is not None:
+            assert not kuberay.processes(), "processes left behind"
+            assert not kuberay.errors, kuberay.errors
+
+
+@pytest.fixture
+def platform(monkeypatch):
+    """Real control plane + local KubeRay + moto S3 + the operator (watching every namespace)."""
+    with running_platform(monkeypatch, LocalStack(s3_bucket=BUCKET)) as started:
+        yield started
 
 
 def storage(stack: LocalStack) -> dict[str, Any]:
@@ -226,10 +270,14 @@ def job_logs(platform: Platform, namespace: str, cluster: str, job_id: str) -> s
 
 
 def lose_worker_pod(platform: Platform, name: str, ns: str, group: str, counter: str, job_id: str) -> None:
-    """Kill one pod of ``group``: ``status.<counter>`` reports the replacement, training goes on
-    in the same job (no experiment restart), and the local KubeRay recreated the pod once."""
+    """Lose one pod of ``group`` (rollouts: ``Platform.lose_rollout``; learners: its processes
+    killed): ``status.<counter>`` reports the replacement, training goes on in the same job (no
+    experiment restart), and the pod was recreated (or its container restarted) once."""
     cluster = raycluster_name(name)
-    platform.kuberay.kill_worker(ns, cluster, group)
+    if group == "rollouts":
+        platform.lose_rollout(ns, cluster)
+    else:
+        platform.kuberay.kill_worker(ns, cluster, group)
     reported = platform.wait(
         f"the {group} restart reported", name, ns, lambda s: (s.get(counter) or 0) >= 1, 180
     )
@@ -252,7 +300,19 @@ def test_journey(platform, full_e2e):
     succeed, evaluate.
 
     In full (``make e2e``) until CartPole is solved, and the checkpoint evaluates as solved; in
-    ``make test`` for a fixed number of iterations, well past the restart (a minute less)."""
+    ``make test`` for a fixed number of iterations, well past the restart (a minute less), and
+    only where no node can run: there ``make test`` runs it on real Pods
+    (``tests/node/test_platform_on_pods.py``)."""
+    if not full_e2e and missing_node_requirements() is None:
+        pytest.skip("make test runs the journey on real Pods (tests/node); make e2e runs both")
+    journey(platform, full_e2e)
+
+
+def journey(
+    platform: Platform, full_e2e: bool, short_iterations: int = SHORT_JOURNEY_ITERATIONS
+) -> dict[str, float]:
+    """``test_journey``'s steps on ``platform`` (shortened: ``short_iterations``); returns its
+    timings (seconds)."""
     ns, name = "rl", "cartpole"
     cluster = raycluster_name(name)
     platform.credentials_secret(ns)
@@ -274,7 +334,7 @@ def test_journey(platform, full_e2e):
                 if full_e2e
                 # Past where the head is lost: the two pod losses before it take ~40 s while
                 # training goes on (seen: the head lost at iteration 60 of a stop at 60).
-                else {"training_iteration": SHORT_JOURNEY_ITERATIONS}
+                else {"training_iteration": short_iterations}
             ),
             "checkpoint": {"uri": f"s3://{BUCKET}/experiments", "frequency": 1},
             "storage": storage(platform.stack),
@@ -297,6 +357,7 @@ def test_journey(platform, full_e2e):
         lambda s: s.get("phase") == "Running" and (s.get("iteration") or 0) >= 2,
         300,
     )
+    first_seen = time.monotonic()
     assert first["jobId"].endswith("-1") and first["rayClusterName"] == cluster
     assert first["episodeReturnMean"] is not None
     later = platform.wait(
@@ -310,6 +371,7 @@ def test_journey(platform, full_e2e):
         120,
     )
     print(f"running after {time.monotonic() - started:.0f}s: iteration {later['iteration']}")
+    timings = {"first_iteration_s": first_seen - started}
 
     # 3. A rollout worker's pod dies: training goes on, and the env runner restart is reported.
     lose_worker_pod(platform, name, ns, "rollouts", "envRunnerRestarts", first["jobId"])
@@ -325,7 +387,7 @@ def test_journey(platform, full_e2e):
     restarting = platform.wait_phase("Restarting", name, ns, 60)
     resume_from = checkpoint_iteration(restarting["lastCheckpoint"])
     if not full_e2e:
-        assert resume_from < SHORT_JOURNEY_ITERATIONS, "the head was lost after training ended"
+        assert resume_from < short_iterations, "the head was lost after training ended"
     resumed = platform.wait(
         "the second attempt running",
         name,
@@ -361,7 +423,7 @@ def test_journey(platform, full_e2e):
     assert score >= (475 if full_e2e else 9), out
     # shutdownAfterFinish: the cluster and every one of its processes are gone.
     wait_for("the RayCluster deleted", lambda: get_raycluster(platform.custom, ns, cluster) is None, 60)
-    wait_for("its processes gone", lambda: not platform.kuberay.processes(ns, cluster), 30)
+    wait_for("its processes gone", lambda: not platform.kuberay.processes(ns, cluster), 90)
 
     # 6. kubectl delete: the finalizer runs and the experiment goes; its checkpoints stay in S3.
     # Then the namespace itself (its Secret, Events, ...): the namespace controller finishes.
@@ -369,6 +431,12 @@ def test_journey(platform, full_e2e):
     assert platform.get(name, ns) is None
     assert checkpoint_iterations(uri) == iterations
     platform.stack.plane.kubectl_run("delete", "namespace", ns, "--timeout=120s")
+    timings.update(
+        journey_s=time.monotonic() - started,
+        iterations=done["iteration"],
+        resumed_from=resume_from,
+    )
+    return timings
 
 
 def small_experiment(stack: LocalStack, iterations: int) -> dict[str, Any]:
@@ -522,7 +590,7 @@ def test_a_sweep_survives_the_head_and_resumes(platform):
     out = rltrainer("evaluate", best, "--episodes", "2")
     assert "mean return over 2 episodes" in out
     wait_for("the RayCluster deleted", lambda: get_raycluster(platform.custom, ns, cluster) is None, 60)
-    wait_for("its processes gone", lambda: not platform.kuberay.processes(ns, cluster), 30)
+    wait_for("its processes gone", lambda: not platform.kuberay.processes(ns, cluster), 90)
 
 
 def rltrainer_read(uri: str) -> str:

@@ -2,8 +2,11 @@
 
 ``node``: the kubelet, containerd and the scheduler (``rltrainer_operator.testing.node``) joined to
 the session's ``control_plane``; its containerd keeps its images in ``~/.cache/rltrainer-node`` so
-that an image imported once stays imported. ``images``: ``make images`` (podman, the local Debian
-base; cached layers make a rebuild take seconds) and both images imported into the node.
+that an image imported once stays imported. ``gpu_node``: a second kubelet on the same pod network
+(``local_stack.two_nodes``' GPU node: one ``nvidia.com/gpu`` advertised, tainted for it), started
+only by the tests that need two nodes. ``images``: ``make images`` (podman, the local Debian
+base; cached layers make a rebuild take seconds) and both images imported into the node;
+``gpu_images``: the trainer image on the GPU node too.
 Everything here skips, naming what to install, where the node's packages or binaries are missing.
 All tests under ``tests/node`` run in one pytest-xdist worker (``tests/conftest.py``): one node.
 """
@@ -19,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from rltrainer_operator.testing.node import Node, find_node_assets, missing_node_requirements
+from rltrainer_operator.testing.local_stack import GPU_NODE, GPU_NODE_LABELS, GPU_TAINT
+from rltrainer_operator.testing.node import Node, find_node_assets, import_images, missing_node_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_STORE = Path.home() / ".cache" / "rltrainer-node" / "containerd"
@@ -47,7 +51,41 @@ def node(control_plane):
 
 
 @pytest.fixture(scope="session")
-def images(node) -> Images:
+def gpu_node(control_plane, node):
+    with Node(
+        control_plane,
+        find_node_assets(),
+        name=GPU_NODE,
+        address=GPU_NODE,
+        scheduler=False,
+        capacity={"nvidia.com/gpu": "1"},
+        labels=GPU_NODE_LABELS,
+        taints=[GPU_TAINT],
+        image_store=IMAGE_STORE.with_name("containerd-gpu"),
+        network=node,
+    ) as started:
+        print(f"node {started.name} Ready in {started.start_seconds:.1f} s")
+        yield started
+
+
+@pytest.fixture(scope="session")
+def image_archives(tmp_path_factory) -> Path:
+    """Images saved from podman this session (one save for both nodes), removed after it."""
+    folder = tmp_path_factory.mktemp("image-archives")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def gpu_images(gpu_node, images, image_archives) -> Images:
+    started = time.monotonic()
+    import_images([gpu_node], [images.trainer], archives=image_archives)
+    print(f"trainer image into the GPU node: {time.monotonic() - started:.0f} s")
+    return images
+
+
+@pytest.fixture(scope="session")
+def images(node, image_archives) -> Images:
     if shutil.which("mmdebstrap") is None:
         pytest.skip("no mmdebstrap for the images' local base: `make system-deps` as root")
     started = time.monotonic()
@@ -55,8 +93,7 @@ def images(node) -> Images:
     if built.returncode != 0:
         pytest.fail(f"make images failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}")
     build_seconds = time.monotonic() - started
-    for image in (OPERATOR_IMAGE, TRAINER_IMAGE):
-        node.import_image(image)
+    import_images([node], [OPERATOR_IMAGE, TRAINER_IMAGE], archives=image_archives)
     import_seconds = time.monotonic() - started - build_seconds
     print(f"make images: {build_seconds:.0f} s; import into the node: {import_seconds:.0f} s")
     return Images(OPERATOR_IMAGE, TRAINER_IMAGE, build_seconds, import_seconds)

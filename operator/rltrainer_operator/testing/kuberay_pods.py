@@ -28,7 +28,15 @@ does its part for ``ray.io/v1`` RayClusters on a cluster with a real node
 It scales groups to ``replicas`` (clamped to min/max), replaces a worker Pod that failed or was
 deleted, and replaces a lost head unless the cluster is provisioned and annotated
 ``ray.io/disable-provisioned-head-restart: "true"`` (then ``HeadPodReady`` stays False). Pods and
-the Service are owned by the RayCluster, so the real garbage collector removes them with it.
+the Service are owned by the RayCluster, so the real garbage collector removes them with it. A
+container that exits is restarted in its Pod by the kubelet (the templates' ``restartPolicy``,
+``Always`` by default), as on a cluster.
+
+For tests it also does what a person does with ``kubectl`` and a node's runtime: ``delete_worker``
+(``kubectl delete pod``), ``kill_worker``/``kill_head`` (the Ray container's first process ended
+with SIGKILL on its node: ``Node.kill_container``), and counts ``restarts`` per group (Pods it
+replaced plus container restarts the kubelet made). Its methods mirror ``LocalKubeRay``'s, so a
+journey runs on either.
 
 Where it differs from KubeRay, because this cluster has no DNS add-on and no kube-proxy: workers
 reach the head at the head Pod's IP (KubeRay writes the Service's DNS name), and
@@ -119,12 +127,22 @@ class PodKubeRay:
     """KubeRay's RayCluster controller, played with real Pods; a context manager (a thread)."""
 
     def __init__(
-        self, api_client: kubernetes.client.ApiClient, namespaces: list[str], interval_s: float = 0.5
+        self,
+        api_client: kubernetes.client.ApiClient,
+        namespaces: list[str] | None = None,
+        interval_s: float = 0.5,
+        nodes: list[Any] | None = None,
     ):
+        """``namespaces``: those to watch (None: every namespace). ``nodes``: the ``testing.node``
+        nodes the Pods run on, by which ``kill_*`` reach a container."""
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.core = kubernetes.client.CoreV1Api(api_client)
-        self.namespaces = list(namespaces)
+        self.namespaces = None if namespaces is None else list(namespaces)
+        self.nodes = {node.name: node for node in nodes or []}
         self.interval_s = interval_s
+        # Per RayCluster object (by uid: a cluster recreated under its name starts afresh):
+        self._replaced: dict[str, dict[str, int]] = {}  # uid -> group -> Pods replaced
+        self._full_at: dict[tuple[str, str], int] = {}  # (uid, group) -> replicas once all existed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-kuberay", daemon=True)
         self._provisioned: set[str] = set()
@@ -143,24 +161,122 @@ class PodKubeRay:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            for namespace in self.namespaces:
+            try:
+                clusters = self._list_clusters()
+            except Exception as err:  # noqa: BLE001 - a controller keeps going, as KubeRay's does
+                self._note(err)
+                continue
+            for cluster in clusters:
+                if cluster["metadata"].get("deletionTimestamp"):
+                    continue
                 try:
-                    clusters = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)[
-                        "items"
-                    ]
-                    for cluster in clusters:
-                        if not cluster["metadata"].get("deletionTimestamp"):
-                            self.reconcile(cluster)
-                except Exception as err:  # noqa: BLE001 - a controller keeps going, as KubeRay's does
-                    self.errors.append(repr(err))
-                    logger.warning("pod KubeRay: %s", err)
+                    self.reconcile(cluster)
+                except ApiException as err:
+                    # A namespace being deleted refuses new objects (403), the object changed
+                    # meanwhile (409), or it went (404): KubeRay requeues; so does this loop.
+                    if err.status not in (403, 404, 409):
+                        self._note(err)
+                except Exception as err:  # noqa: BLE001
+                    self._note(err)
+
+    def _list_clusters(self) -> list[dict[str, Any]]:
+        if self.namespaces is None:
+            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+        found = []
+        for namespace in self.namespaces:
+            found += self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        return found
+
+    def _note(self, err: Exception) -> None:
+        self.errors.append(repr(err))
+        logger.warning("pod KubeRay: %s", err)
+
+    # ------------------------------------------------------------------------------ for the tests
+
+    def pods(self, namespace: str, name: str) -> dict[str, list[Any]]:
+        """The cluster's Pods not being deleted, by group (``headgroup`` and each worker group)."""
+        found: dict[str, list[Any]] = {}
+        for pod in self._live_pods(namespace, name):
+            found.setdefault(pod.metadata.labels.get("ray.io/group", "?"), []).append(pod)
+        return found
+
+    def processes(self, namespace: str | None = None, name: str | None = None) -> list[str]:
+        """Names of the Pods (of one cluster, or of every RayCluster) still there, terminating
+        ones included: ``LocalKubeRay.processes``'s counterpart (empty once all are gone)."""
+        selector = f"ray.io/cluster={name}" if name else "ray.io/cluster"
+        if namespace is None:
+            pods = self.core.list_pod_for_all_namespaces(label_selector=selector).items
+        else:
+            pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods]
+
+    def delete_worker(self, namespace: str, name: str, group: str, index: int = 0) -> str:
+        """``kubectl delete pod`` of one worker Pod of ``group`` (graceful); returns its name."""
+        pod = self.pods(namespace, name)[group][index]
+        self._delete_pod(pod)
+        return pod.metadata.name
+
+    def kill_worker(self, namespace: str, name: str, group: str, index: int = 0) -> str:
+        """SIGKILL the Ray container's first process in one worker Pod of ``group`` (the kubelet
+        restarts the container, Ray's node comes back with a new identity); returns the Pod's name."""
+        return self._kill(self.pods(namespace, name)[group][index])
+
+    def kill_head(self, namespace: str, name: str) -> str:
+        """SIGKILL the head container's first process (the GCS and the job drivers go with it)."""
+        heads = self.pods(namespace, name).get(HEAD_GROUP)
+        if not heads:
+            raise LookupError(f"{namespace}/{name} has no head pod")
+        return self._kill(heads[0])
+
+    def restarts(self, namespace: str, name: str) -> dict[str, int]:
+        """Per group: Pods replaced after the group was complete, plus container restarts."""
+        uid = self._uid(namespace, name)
+        counts = dict(self._replaced.get(uid, {})) if uid else {}
+        for pod in self._live_pods(namespace, name):
+            group = pod.metadata.labels.get("ray.io/group", "?")
+            restarted = sum(c.restart_count for c in pod.status.container_statuses or [])
+            counts[group] = counts.get(group, 0) + restarted
+        return {group: count for group, count in counts.items() if count}
+
+    def _kill(self, pod: Any) -> str:
+        node = self.nodes.get(pod.spec.node_name)
+        if node is None:
+            raise LookupError(f"pod {pod.metadata.name} runs on {pod.spec.node_name}, not a node given")
+        container = running_container(pod)
+        if container is None:
+            raise LookupError(f"pod {pod.metadata.name} has no running container")
+        node.kill_container(container.container_id)
+        return pod.metadata.name
+
+    def _live_pods(self, namespace: str, name: str) -> list[Any]:
+        uid = self._uid(namespace, name)
+        return self._owned_pods(namespace, name, uid) if uid else []
+
+    def _owned_pods(self, namespace: str, name: str, uid: str) -> list[Any]:
+        """The Pods of RayCluster ``uid`` not being deleted (not those of a namesake the garbage
+        collector has yet to remove)."""
+        pods = self.core.list_namespaced_pod(namespace, label_selector=f"ray.io/cluster={name}").items
+        return [
+            p
+            for p in pods
+            if p.metadata.deletion_timestamp is None
+            and any(ref.uid == uid for ref in p.metadata.owner_references or [])
+        ]
+
+    def _uid(self, namespace: str, name: str) -> str | None:
+        try:
+            cluster = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return cluster["metadata"]["uid"]
 
     def reconcile(self, cluster: dict[str, Any]) -> None:
         meta, spec = cluster["metadata"], cluster["spec"]
         namespace, name = meta["namespace"], meta["name"]
-        key = f"{namespace}/{name}"
-        pods = self.core.list_namespaced_pod(namespace, label_selector=f"ray.io/cluster={name}").items
-        live = [p for p in pods if p.metadata.deletion_timestamp is None]
+        key = meta["uid"]
+        live = self._owned_pods(namespace, name, key)
         for pod in live:
             if pod.status.phase == "Failed":  # KubeRay deletes failed Pods and makes new ones
                 self._delete_pod(pod)
@@ -177,6 +293,9 @@ class PodKubeRay:
             if key in self._provisioned and no_restart:
                 self._head_lost.add(key)
             elif key not in self._head_lost:
+                if (key, HEAD_GROUP) in self._full_at:
+                    self._count_replacement(key, HEAD_GROUP, 1)
+                self._full_at[(key, HEAD_GROUP)] = 1
                 self.core.create_namespaced_pod(
                     namespace, self._pod(cluster, spec["headGroupSpec"], HEAD_GROUP, None)
                 )
@@ -188,13 +307,24 @@ class PodKubeRay:
                 : max(0, len(members) - wanted)
             ]:
                 self._delete_pod(extra)
+            if wanted and len(members) >= wanted:
+                self._full_at[(key, group["groupName"])] = wanted
             if head_ip and not suspended:
-                for _ in range(max(0, wanted - len(members))):
+                missing = max(0, wanted - len(members))
+                if self._full_at.get((key, group["groupName"])) == wanted:  # not a scale-up
+                    self._count_replacement(key, group["groupName"], missing)
+                for _ in range(missing):
                     pod = self._pod(
                         cluster, group, group["groupName"], f"{head_ip}:{HEAD_PORTS['gcs-server']}"
                     )
                     self.core.create_namespaced_pod(namespace, pod)
         self._write_status(cluster, live, heads, suspended)
+
+    def _count_replacement(self, key: str, group: str, new_pods: int) -> None:
+        """New Pods for a group that was complete at this size are replacements."""
+        if new_pods:
+            counts = self._replaced.setdefault(key, {})
+            counts[group] = counts.get(group, 0) + new_pods
 
     # ------------------------------------------------------------------------------------- objects
 
@@ -314,7 +444,7 @@ class PodKubeRay:
         self, cluster: dict[str, Any], live: list[Any], heads: list[Any], suspended: bool
     ) -> None:
         meta, spec = cluster["metadata"], cluster["spec"]
-        key = f"{meta['namespace']}/{meta['name']}"
+        key = meta["uid"]
         groups = spec.get("workerGroupSpecs") or []
         desired = 0 if suspended else sum(_desired_replicas(g) for g in groups if not g.get("suspend"))
         workers = [p for p in live if p.metadata.labels.get("ray.io/node-type") == "worker"]
@@ -412,6 +542,12 @@ def _desired_replicas(group: dict[str, Any]) -> int:
     low, high = int(group.get("minReplicas", 0) or 0), group.get("maxReplicas")
     replicas = max(replicas, low)
     return min(replicas, int(high)) if high is not None else replicas
+
+
+def running_container(pod: Any) -> Any | None:
+    """The status of the Pod's first running container (a kubernetes client object), if any."""
+    running = [c for c in pod.status.container_statuses or [] if c.state.running and c.container_id]
+    return running[0] if running else None
 
 
 def _ready(pod: Any) -> bool:

@@ -1,17 +1,25 @@
-"""The whole platform on one machine: a real Kubernetes control plane, a local KubeRay and S3 (moto).
+"""The whole platform on one machine: a real Kubernetes control plane, a KubeRay stand-in and S3 (moto).
 
 ``LocalStack`` starts, on 127.0.0.1, a real control plane (``envtest.ControlPlane``: etcd,
 kube-apiserver, kube-controller-manager) with the RLExperiment CRD and KubeRay's RayCluster CRD
-installed as users install them (``kubectl apply --server-side``), ``LocalKubeRay`` playing
-KubeRay against it, and optionally moto's S3 server with a bucket. It writes an admin
-kubeconfig, so the operator (``kopf run ... -m rltrainer_operator``), ``kubectl`` and any
-Kubernetes client connect as to a cluster. The command line runs it until interrupted::
+installed as users install them (``kubectl apply --server-side``), a KubeRay stand-in against it,
+and optionally moto's S3 server with a bucket. It writes an admin kubeconfig, so the operator
+(``kopf run ... -m rltrainer_operator``), ``kubectl`` and any Kubernetes client connect as to a
+cluster. Two ways to run Ray's "pods":
+
+- processes (default): ``LocalKubeRay`` starts ``ray start`` processes on this machine;
+- real Pods (``nodes``): two real nodes (``testing.node``: a CPU node, and a GPU node that
+  advertises one ``nvidia.com/gpu`` and is tainted for it), ``PodKubeRay`` creating the Pods from
+  the RayClusters' templates, the kubelets running them from the trainer image. S3 then listens on
+  the nodes' pod-network gateway, an address of this machine that Pods reach.
+
+The command line runs it until interrupted::
 
     python -m rltrainer_operator.testing.local_stack up --kubeconfig /tmp/rlx/kubeconfig \\
-        --s3-bucket rl-checkpoints --env-file /tmp/rlx/env
+        --s3-bucket rl-checkpoints --env-file /tmp/rlx/env [--node]
 
 The env file holds ``KUBECONFIG``, ``PATH`` with the control plane's ``kubectl`` first, and the
-S3 endpoint and (fake) credentials, to ``source``. ``kill`` crashes a local "pod".
+S3 endpoint and (fake) credentials, to ``source``. ``kill`` crashes a local "pod" (processes).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Any
 import kubernetes
 
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
+from rltrainer_operator.testing.kuberay_pods import PodKubeRay
 from rltrainer_operator.testing.local_kuberay import LocalKubeRay
 
 REPO = Path(__file__).resolve().parents[3]
@@ -41,57 +50,137 @@ FAKE_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "local-stack-fake-secret",
 }
 REGION = "us-east-1"
+#: The env file's list of nodes (``name=containerd socket,...``) that ``kill`` reaches containers by.
+NODES_VARIABLE = "RLTRAINER_LOCAL_NODES"
+#: Where ``up --node`` keeps each node's imported images between runs (the tests' folder too).
+NODE_IMAGE_STORE = Path.home() / ".cache" / "rltrainer-node"
+#: The GPU node of a two-node stack: its name (a loopback address: the API server reaches its
+#: kubelet there), labels (NVIDIA's GPU feature discovery's) and taint (as GPU node pools have).
+GPU_NODE = "127.0.0.2"
+GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true"}
+GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
 
 logger = logging.getLogger(__name__)
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
+def two_nodes(plane: ControlPlane, image_store: Path | None = None) -> list[Any]:
+    """A CPU node (with the scheduler) and a GPU node (``GPU_NODE``: one ``nvidia.com/gpu``
+    advertised, GPU feature discovery's label, the GPU taint) on one pod network, started on
+    ``plane``. ``image_store``: a folder under which each node keeps its images between runs."""
+    from rltrainer_operator.testing.node import Node, find_node_assets, missing_node_requirements
+
+    missing = missing_node_requirements()
+    if missing:
+        raise RuntimeError(missing)
+    assets = find_node_assets()
+    stores = (
+        (None, None) if image_store is None else (image_store / "containerd", image_store / "containerd-gpu")
+    )
+    cpu = Node(plane, assets, image_store=stores[0]).start()
+    try:
+        gpu = Node(
+            plane,
+            assets,
+            name=GPU_NODE,
+            address=GPU_NODE,
+            scheduler=False,
+            capacity={"nvidia.com/gpu": "1"},
+            labels=GPU_NODE_LABELS,
+            taints=[GPU_TAINT],
+            image_store=stores[1],
+            network=cpu,
+        ).start()
+    except BaseException:
+        cpu.stop()
+        raise
+    return [cpu, gpu]
+
+
 class LocalStack:
-    """Control plane + local KubeRay (+ moto S3 when ``s3_bucket`` is given); a context manager.
+    """Control plane + a KubeRay stand-in (+ moto S3 when ``s3_bucket`` is given); a context manager.
 
     Attributes once started: ``plane`` (the ``ControlPlane``: ``kubeconfig``, ``kubectl_run``),
-    ``api_client`` (an admin kubernetes ``ApiClient``), ``kuberay`` (the ``LocalKubeRay``),
-    ``s3_endpoint`` (or None). ``kuberay_options`` go to ``LocalKubeRay``.
+    ``api_client`` (an admin kubernetes ``ApiClient``), ``kuberay`` (``LocalKubeRay``, or
+    ``PodKubeRay`` on nodes), ``nodes``, ``s3_endpoint`` (or None).
+
+    ``plane``: a started control plane to use (with both CRDs installed) instead of a new one;
+    ``nodes``: started nodes of that plane to run Ray's Pods on (the first one's pod network is
+    where S3 listens); ``start_nodes``: start two nodes here (``two_nodes``) and import the
+    images (``images``, built by ``make images``; ``image_store``: where the nodes keep them between
+    runs). What the stack did not start, it does not stop.
+    ``kuberay_options`` go to ``LocalKubeRay``.
     """
 
-    def __init__(self, s3_bucket: str | None = None, **kuberay_options: Any) -> None:
+    def __init__(
+        self,
+        s3_bucket: str | None = None,
+        *,
+        plane: ControlPlane | None = None,
+        nodes: list[Any] | None = None,
+        start_nodes: bool = False,
+        images: list[str] | None = None,
+        image_store: Path | None = None,
+        **kuberay_options: Any,
+    ) -> None:
         self.s3_bucket = s3_bucket
         self.kuberay_options = kuberay_options
-        self.plane: ControlPlane | None = None
+        self.plane: ControlPlane | None = plane
+        self._own_plane = plane is None
+        self.nodes: list[Any] = list(nodes or [])
+        self._start_nodes = start_nodes
+        self._own_nodes: list[Any] = []
+        self.images = list(images or [])
+        self.image_store = image_store
         self.api_client: kubernetes.client.ApiClient | None = None
-        self.kuberay: LocalKubeRay | None = None
+        self.kuberay: LocalKubeRay | PodKubeRay | None = None
         self.s3_endpoint: str | None = None
         self._moto: Any = None
 
+    @property
+    def on_nodes(self) -> bool:
+        return bool(self.nodes) or self._start_nodes
+
     def start(self) -> LocalStack:
-        assets = find_assets()
-        if assets is None:
-            raise RuntimeError(MISSING_ASSETS)
         try:
+            if self.plane is None:
+                assets = find_assets()
+                if assets is None:
+                    raise RuntimeError(MISSING_ASSETS)
+                self.plane = ControlPlane(assets).start()
+                self.plane.install_crds(RAYCLUSTER_CRD, RLX_CRD)
+            if self._start_nodes:
+                self._own_nodes = two_nodes(self.plane, self.image_store)
+                self.nodes = list(self._own_nodes)
+            if self.nodes and self.images:
+                from rltrainer_operator.testing.node import import_images
+
+                import_images(self.nodes, self.images)
             if self.s3_bucket:
-                self._start_s3()
-            self.plane = ControlPlane(assets).start()
-            self.plane.install_crds(RAYCLUSTER_CRD, RLX_CRD)
+                self._start_s3(self.nodes[0].gateway if self.nodes else "127.0.0.1")
             self.api_client = kubernetes.config.new_client_from_config(config_file=str(self.plane.kubeconfig))
-            self.kuberay = LocalKubeRay(self.api_client, **self.kuberay_options).start()
+            if self.nodes:
+                self.kuberay = PodKubeRay(self.api_client, nodes=self.nodes).__enter__()
+            else:
+                self.kuberay = LocalKubeRay(self.api_client, **self.kuberay_options).start()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _start_s3(self) -> None:
+    def _start_s3(self, host: str) -> None:
         import boto3
         from moto.server import ThreadedMotoServer
 
-        port = _free_port()
-        self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        port = _free_port(host)
+        self._moto = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
         self._moto.start()
-        self.s3_endpoint = f"http://127.0.0.1:{port}"
+        self.s3_endpoint = f"http://{host}:{port}"
         s3 = boto3.client("s3", endpoint_url=self.s3_endpoint, region_name=REGION, **_boto_credentials())
         s3.create_bucket(Bucket=self.s3_bucket)
 
@@ -104,6 +193,8 @@ class LocalStack:
         variables = {"PATH": f"{self.plane.assets}{os.pathsep}{os.environ.get('PATH', '')}"}
         if self.s3_endpoint is not None:
             variables.update(AWS_ENDPOINT_URL=self.s3_endpoint, AWS_DEFAULT_REGION=REGION, **FAKE_CREDENTIALS)
+        if self.on_nodes:  # for `kill`: each node's containerd
+            variables[NODES_VARIABLE] = ",".join(f"{n.name}={n.socket}" for n in self.nodes)
         return variables
 
     def write_kubeconfig(self, path: str | Path) -> Path:
@@ -114,11 +205,15 @@ class LocalStack:
         return path
 
     def stop(self) -> None:
-        if self.kuberay is not None:
+        if isinstance(self.kuberay, PodKubeRay):
+            self.kuberay.__exit__()
+        elif self.kuberay is not None:
             self.kuberay.close()
         if self.api_client is not None:
             self.api_client.close()
-        if self.plane is not None:
+        for node in reversed(self._own_nodes):  # a node joining another's network stops first
+            node.stop()
+        if self.plane is not None and self._own_plane:
             self.plane.stop()
         if self._moto is not None:
             self._moto.stop()
@@ -149,6 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--env-file", help="write KUBECONFIG, PATH (kubectl) and the S3 variables here, to source"
     )
+    up.add_argument(
+        "--node",
+        action="store_true",
+        help="run Ray's pods as real Pods on two real nodes (a CPU node, a GPU node without devices) "
+        "from the trainer image (`make images` first; needs root and `make system-deps`); without "
+        "them, falls back to local Ray processes",
+    )
     up.add_argument("--advertise-gpus", action="store_true", help="advertise num-gpus as given")
     up.add_argument("--keep-files", action="store_true", help="keep Ray's logs after clusters go")
     up.add_argument("-v", "--verbose", action="store_true")
@@ -168,7 +270,9 @@ def _up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    options = {"advertise_gpus": args.advertise_gpus, "keep_files": args.keep_files}
+    options: dict[str, Any] = {"advertise_gpus": args.advertise_gpus, "keep_files": args.keep_files}
+    if args.node:
+        options = _node_options()
     try:
         stack = LocalStack(s3_bucket=args.s3_bucket, **options).start()
     except RuntimeError as err:
@@ -186,7 +290,11 @@ def _up(args: argparse.Namespace) -> int:
         )
         if stack.s3_endpoint:
             print(f"S3: {stack.s3_endpoint} (bucket {args.s3_bucket})", flush=True)
-        print(f"local KubeRay files: {stack.kuberay.root}", flush=True)
+        if stack.on_nodes:
+            names = ", ".join(f"{n.name} (pods {n.pod_cidr} via {n.bridge})" for n in stack.nodes)
+            print(f"nodes: {names}; trainer image {stack.images[0]}", flush=True)
+        else:
+            print(f"local KubeRay files: {stack.kuberay.root}", flush=True)
         print("ready; Ctrl-C stops everything", flush=True)
         stop.wait()
         print("stopping: deleting every local Ray cluster, then the control plane", flush=True)
@@ -195,8 +303,36 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def trainer_image() -> str:
+    """The trainer image ``make images`` builds for this version (the Helm chart's default tag)."""
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    return f"ghcr.io/rltrainer/trainer:{version}-cpu"
+
+
+def _node_options() -> dict[str, Any]:
+    """``LocalStack`` options for ``up --node``, or the process stand-in's (with the reason said)
+    where this machine cannot run a node."""
+    from rltrainer_operator.testing.node import image_id_of, missing_node_requirements
+
+    missing = missing_node_requirements()
+    if missing is None:
+        try:
+            image_id_of(trainer_image())
+        except Exception:  # noqa: BLE001 - podman says why in its own words; ours is enough
+            missing = f"no image {trainer_image()} in podman: run `make images` first"
+    if missing is not None:
+        print(f"local_stack: {missing}; running Ray's pods as local processes instead", flush=True)
+        return {}
+    return {"start_nodes": True, "images": [trainer_image()], "image_store": NODE_IMAGE_STORE}
+
+
 def _kill(args: argparse.Namespace) -> int:
-    """SIGKILL every process of the local pod whose name starts with ``args.pod``."""
+    """SIGKILL every process of the local pod whose name starts with ``args.pod``; on nodes
+    (``NODES_VARIABLE`` set, as ``up --node``'s env file does), its Ray container's first process."""
+    if os.environ.get(NODES_VARIABLE):
+        return _kill_container(args)
     from rltrainer_operator.testing.local_kuberay import _marked_processes, kill_pod
 
     markers = sorted(
@@ -211,6 +347,25 @@ def _kill(args: argparse.Namespace) -> int:
         return 1
     pids = kill_pod(markers[0])
     print(f"killed pod {markers[0].split('/')[-1]} ({len(pids)} processes)")
+    return 0
+
+
+def _kill_container(args: argparse.Namespace) -> int:
+    from rltrainer_operator.testing.kuberay_pods import running_container
+    from rltrainer_operator.testing.node import kill_container
+
+    sockets = dict(item.split("=", 1) for item in os.environ[NODES_VARIABLE].split(","))
+    client = kubernetes.config.new_client_from_config()  # KUBECONFIG, from the env file
+    with client:
+        pods = kubernetes.client.CoreV1Api(client).list_namespaced_pod(args.namespace).items
+    found = sorted((p for p in pods if p.metadata.name.startswith(args.pod)), key=lambda p: p.metadata.name)
+    running = [(p, c) for p in found if p.spec.node_name in sockets and (c := running_container(p))]
+    if not running:
+        print(f"no running pod named {args.pod}* in namespace {args.namespace}")
+        return 1
+    pod, container = running[0]
+    kill_container(sockets[pod.spec.node_name], container.container_id)
+    print(f"killed container {container.name} of pod {pod.metadata.name} on node {pod.spec.node_name}")
     return 0
 
 

@@ -56,6 +56,8 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 #: podman's settings for this kind of machine (runc, no ulimits raised).
 CONTAINERS_CONF = REPO / "images" / "containers.conf"
 NETNS_DIR = Path("/var/run/netns")
+#: Nodes that can share one pod network (its /24 split in as many address ranges).
+POD_NETWORK_SLOTS = 4
 #: The ConfigMap MicroShift's API server adds to every service-account token volume.
 SERVICE_CA_CONFIG_MAP = "openshift-service-ca.crt"
 
@@ -106,6 +108,9 @@ class Node:
     ``--node-labels`` and ``--register-with-taints``. ``image_store``: a folder for containerd's
     content and snapshots that outlives the node (imported images stay imported), used only while
     this node holds its lock; None, or a store another node holds: one inside ``root``.
+    ``network``: another node whose pod network this one joins (one bridge, one /24, each node
+    handing out its own part of it), so Pods on both reach each other directly, as on a cluster's
+    flat pod network, with no forwarding between bridges.
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class Node:
         taints: list[str] | None = None,
         root: Path | None = None,
         image_store: Path | None = None,
+        network: Node | None = None,
         ready_timeout_s: float = 120.0,
     ) -> None:
         self.plane = plane
@@ -138,6 +144,9 @@ class Node:
         self.pod_cidr = ""
         self.bridge = ""
         self.gateway = ""
+        self.network = network
+        self._slot = 0  # which part of the /24 this node's Pods get (nodes sharing one network)
+        self._sharers = 0
         self._procs = Processes(self.root / "logs", new_session=True)
         self._lock: Any = None
         self._store_lock: Any = None
@@ -200,30 +209,35 @@ class Node:
 
     # -------------------------------------------------------------------------------------- images
 
-    def import_image(self, ref: str, timeout_s: float = 600.0) -> None:
+    def import_image(self, ref: str, timeout_s: float = 600.0, archive: Path | None = None) -> None:
         """Copy ``ref`` from podman's storage into this node's containerd (its ``k8s.io``
-        namespace, where the kubelet looks), unless the same image is there already."""
-        image_id = _run(["podman", "image", "inspect", "--format", "{{.Id}}", ref], env=podman_env()).strip()
-        marker = (
-            self.image_store.parent
-            / f"{self.image_store.name}.imported"
-            / ref.replace("/", "_").replace(":", "_")
-        )
+        namespace, where the kubelet looks), unless the same image is there already.
+        ``archive``: the image already saved by ``save_image`` (one save for several nodes)."""
+        image_id = image_id_of(ref)
+        marker = self._import_marker(ref)
         if marker.exists() and marker.read_text() == image_id and ref in self.images():
             return
         with tempfile.TemporaryDirectory(dir=self.root) as tmp:
-            archive = Path(tmp) / "image.tar"
-            _run(
-                ["podman", "save", "-q", "--format", "oci-archive", "-o", str(archive), ref],
-                env=podman_env(),
-                timeout=timeout_s,
-            )
+            if archive is None:
+                archive = save_image(ref, Path(tmp), timeout_s)
             # An OCI archive from podman names its image in the index annotation; ctr keeps the name.
             self.ctr(
                 "images", "import", "--base-name", ref.rsplit(":", 1)[0], str(archive), timeout=timeout_s
             )
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(image_id)
+
+    def has_image(self, ref: str) -> bool:
+        """Whether ``ref``, as podman has it now, was imported here already."""
+        marker = self._import_marker(ref)
+        return marker.exists() and marker.read_text() == image_id_of(ref) and ref in self.images()
+
+    def _import_marker(self, ref: str) -> Path:
+        folder = self.image_store.parent / f"{self.image_store.name}.imported"
+        return folder / ref.replace("/", "_").replace(":", "_")
+
+    def kill_container(self, container_id: str, signal: str = "SIGKILL") -> None:
+        kill_container(self.socket, container_id, signal)
 
     def images(self) -> list[str]:
         return self.ctr("images", "ls", "-q").split()
@@ -238,7 +252,27 @@ class Node:
         return self._procs.log_tail(name, lines)
 
     def _reserve_network(self) -> None:
-        """The first /24 of 10.244.0.0/16 whose lock this process can take and that no route uses."""
+        """The first /24 of 10.244.0.0/16 whose lock this process can take and that no route uses
+        (or the ``network`` node's), and its bridge with the gateway address: servers that Pods
+        must reach (S3) can bind ``gateway`` before the first Pod starts."""
+        if self.network is not None:
+            owner = self.network
+            if not owner.bridge:
+                raise ControlPlaneError(f"node {owner.name} has no pod network yet: start it first")
+            owner._sharers += 1
+            self._slot = owner._sharers
+            if self._slot >= POD_NETWORK_SLOTS:
+                raise ControlPlaneError(f"at most {POD_NETWORK_SLOTS} nodes share one pod network")
+            self.pod_cidr, self.bridge, self.gateway = owner.pod_cidr, owner.bridge, owner.gateway
+            return
+        self._claim_network()
+        # A bridge of this name outlived a killed run (we hold its lock now): start afresh.
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
+        _run(["ip", "link", "add", "name", self.bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge])
+        _run(["ip", "link", "set", self.bridge, "up"])
+
+    def _claim_network(self) -> None:
         routes = _run(["ip", "-o", "route"])
         for k in range(256):
             lock = open(f"/tmp/rltrainer-node-net-{k}.lock", "w")  # noqa: SIM115 - held while the node lives
@@ -290,7 +324,7 @@ state = "{self.root}/containerd-state"
                     "ipMasq": False,  # nothing is routed out of this machine
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": self.pod_cidr}]],
+                        "ranges": [[{"subnet": self.pod_cidr, **self._address_range()}]],
                         "dataDir": str(self.root / "cni-ipam"),
                     },
                 },
@@ -302,6 +336,14 @@ state = "{self.root}/containerd-state"
         self._procs.launch("containerd", ["containerd", "--config", str(self.root / "containerd.toml")])
         self._procs.wait("containerd", lambda: _ok(["ctr", "--address", str(self.socket), "version"]), 60)
         self._remove_containers()  # a kept store may hold those of a run that was killed
+
+    def _address_range(self) -> dict[str, str]:
+        """This node's part of the shared /24: addresses ``.2``-``.63`` for the first node,
+        ``.64``-``.127`` for the second, and so on (the gateway is ``.1``)."""
+        base = self.pod_cidr.rsplit(".", 1)[0]
+        size = 256 // POD_NETWORK_SLOTS
+        first = max(2, self._slot * size)
+        return {"rangeStart": f"{base}.{first}", "rangeEnd": f"{base}.{(self._slot + 1) * size - 1}"}
 
     def _take_store(self, store: Path | None) -> Path | None:
         if store is None:
@@ -497,8 +539,47 @@ state = "{self.root}/containerd-state"
             if name.startswith("cni-"):
                 subprocess.run(["umount", "-l", str(NETNS_DIR / name)], capture_output=True, check=False)
                 (NETNS_DIR / name).unlink(missing_ok=True)
-        if self.bridge:
+        if self.bridge and self.network is None:  # a node joining another's network leaves it
             subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
+
+
+def kill_container(socket: Path | str, container_id: str, signal: str = "SIGKILL") -> None:
+    """Send ``signal`` to a container's first process through its node's containerd at ``socket``
+    (``containerd://ID`` as a Pod's status names it, or the bare ID): a crash, to the kubelet."""
+    container = container_id.removeprefix("containerd://")
+    _run(["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "-s", signal, container])
+
+
+def image_id_of(ref: str) -> str:
+    return _run(["podman", "image", "inspect", "--format", "{{.Id}}", ref], env=podman_env()).strip()
+
+
+def save_image(ref: str, folder: Path, timeout_s: float = 600.0) -> Path:
+    """``ref`` from podman's storage as an OCI archive in ``folder``."""
+    archive = folder / (ref.replace("/", "_").replace(":", "_") + ".tar")
+    _run(
+        ["podman", "save", "-q", "--format", "oci-archive", "-o", str(archive), ref],
+        env=podman_env(),
+        timeout=timeout_s,
+    )
+    return archive
+
+
+def import_images(
+    nodes: list[Node], refs: list[str], timeout_s: float = 600.0, archives: Path | None = None
+) -> None:
+    """Every image of ``refs`` into every node that lacks it, each saved from podman once.
+    ``archives``: a folder where saved images stay (by image id) for later calls to reuse."""
+    for ref in refs:
+        lacking = [node for node in nodes if not node.has_image(ref)]
+        if not lacking:
+            continue
+        with tempfile.TemporaryDirectory(dir=lacking[0].root) as tmp:
+            folder = Path(tmp) if archives is None else archives / image_id_of(ref)
+            folder.mkdir(parents=True, exist_ok=True)
+            archive = next(folder.glob("*.tar"), None) or save_image(ref, folder, timeout_s)
+            for node in lacking:
+                node.import_image(ref, timeout_s, archive=archive)
 
 
 def _exists(tool: str) -> bool:

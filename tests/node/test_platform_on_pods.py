@@ -1,0 +1,197 @@
+"""The platform on real Pods: the operator, ``PodKubeRay``, two real nodes and S3 on the pod network.
+
+The journeys of ``tests/e2e/test_journey.py`` run here on a CPU node and a GPU node (``gpu_node``:
+one ``nvidia.com/gpu`` advertised, tainted for it): the operator's RayClusters become Pods from the
+trainer image, the real scheduler places them by the spec's requests, node selector and
+tolerations, the kubelets run and restart them, and moto's S3 listens on the pod network's gateway.
+``make test`` runs the journey shortened and the bad-input cases; ``make e2e`` the journey in full,
+suspend/resume and a sweep.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from rltrainer_operator.builders.naming import raycluster_name
+from rltrainer_operator.testing.local_stack import GPU_NODE, GPU_NODE_LABELS, LocalStack
+from tests.e2e import test_journey as journeys
+from tests.e2e.conftest import e2e_requested
+from tests.e2e.helpers import wait_for
+
+#: The journey on Pods stops here (full or shortened): 1.5 s iterations, the faults over by ~45.
+POD_JOURNEY_ITERATIONS = 75
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def on_pods(image: str):
+    """Specs as they run on the two nodes: the trainer image (never pulled), pods sized to fit
+    two 2-CPU nodes, learners on the GPU node by its label and taint (GPU code paths on the CPU:
+    ``_fake_gpus``, as no device exists), rollouts and the head on the CPU node.
+
+    Iterations last at least 1.5 s: CartPole trains at ~5 iterations a second here, and a deleted
+    Pod goes only after its grace period (30 s: ``bash`` as the container's first process, as
+    KubeRay starts Ray, passes no SIGTERM on), so the journey's faults would otherwise come after
+    training ended. For the same reason the full journey stops after a number of iterations too
+    (CartPole is solved long before: the paced iterations train for 1.5 s each), and its
+    checkpoint must still evaluate as solved."""
+
+    def adapt(spec: dict[str, Any]) -> dict[str, Any]:
+        if "episode_return_mean" in spec.get("stop", {}):
+            spec = {**spec, "stop": {"training_iteration": POD_JOURNEY_ITERATIONS}}
+        spec = journeys.merged(
+            spec,
+            {
+                "image": image,
+                "imagePullPolicy": "Never",
+                "head": {"cpu": "500m", "memory": "3Gi"},
+                "rollouts": {"cpusPerRunner": 0.5, "memory": "1536Mi"},
+                "config": {"min_time_s_per_iteration": 1.5},
+            },
+        )
+        if spec.get("learners", {}).get("replicas", 1):
+            spec = journeys.merged(
+                spec,
+                {
+                    "learners": {
+                        "cpusPerLearner": 0.5,
+                        "memory": "1536Mi",
+                        "gpusPerLearner": 1,
+                        "nodeSelector": GPU_NODE_LABELS,
+                        "tolerations": [GPU_TOLERATION],
+                    },
+                    "config": {"_fake_gpus": True},
+                },
+            )
+        return spec
+
+    return adapt
+
+
+@pytest.fixture(scope="session")
+def full_e2e(request) -> bool:
+    return e2e_requested(request.config)
+
+
+@pytest.fixture
+def pod_platform(monkeypatch, control_plane, node, gpu_node, gpu_images):
+    stack = LocalStack(s3_bucket=journeys.BUCKET, plane=control_plane, nodes=[node, gpu_node])
+    with journeys.running_platform(monkeypatch, stack, on_pods(gpu_images.trainer)) as platform:
+        yield platform
+
+
+def pods_by_node(platform: journeys.Platform, namespace: str, cluster: str) -> dict[str, set[str]]:
+    """``{group: {node names}}`` of the cluster's Pods."""
+    found: dict[str, set[str]] = {}
+    for group, pods in platform.kuberay.pods(namespace, cluster).items():
+        found[group] = {pod.spec.node_name for pod in pods}
+    return found
+
+
+@pytest.mark.timeout(1500)
+def test_the_journey_on_real_pods(pod_platform, full_e2e):
+    """``test_journey`` on Pods: placed by the scheduler (learner on the GPU node), a rollout Pod
+    deleted, the learner's and the head's containers killed, resumed from S3, evaluated."""
+    platform = pod_platform
+    cluster = raycluster_name("cartpole")
+    placed: dict[str, set[str]] = {}
+
+    def watch_placement() -> None:
+        # Record where each group ran once all of them have Pods on nodes.
+        if not placed:
+            groups = pods_by_node(platform, "rl", cluster)
+            if {"headgroup", "learners", "rollouts"} <= set(groups) and all(
+                None not in nodes for nodes in groups.values()
+            ):
+                placed.update(groups)
+
+    original_log = platform.log
+
+    def log(name: str, namespace: str, status: dict[str, Any]) -> None:
+        watch_placement()
+        original_log(name, namespace, status)
+
+    platform.log = log
+    timings = journeys.journey(platform, full_e2e, short_iterations=POD_JOURNEY_ITERATIONS)
+    assert placed == {"headgroup": {"localhost"}, "learners": {GPU_NODE}, "rollouts": {"localhost"}}, placed
+    record = {
+        "benchmark": "operator_on_pods",
+        "journey": "full" if full_e2e else "shortened",
+        "machine": "2-core x86_64, one machine: control plane, two kubelets, 4 Ray pods",
+        **{key: round(value, 1) if isinstance(value, float) else value for key, value in timings.items()},
+    }
+    print(json.dumps(record))
+
+
+@pytest.mark.timeout(600)
+def test_a_learner_no_node_can_hold_and_one_killed_for_memory_are_named(pod_platform):
+    """Two experiments stay Provisioning and say why: learners asking 2 GPUs (a node has at most
+    one) are Unschedulable naming ``nvidia.com/gpu``; a learner whose memory limit Ray cannot start
+    in is OOMKilled, naming the learners group."""
+    platform = pod_platform
+    ns = "bad-pods"
+    platform.credentials_secret(ns)
+    base = journeys.small_experiment(platform.stack, iterations=2)
+    base["rollouts"] = {"replicas": 0}
+    base["learners"] = {"replicas": 1}
+    adapt = platform.adapt
+    platform.adapt = lambda spec: journeys.merged(adapt(spec), {"learners": {"gpusPerLearner": 2}})
+    platform.apply("greedy", ns, base)
+    platform.adapt = lambda spec: journeys.merged(adapt(spec), {"learners": {"memory": "150Mi"}})
+    platform.apply("tiny", ns, base)
+    platform.adapt = adapt
+    greedy = platform.wait(
+        "the learner Unschedulable", "greedy", ns, lambda s: s.get("reason") == "Unschedulable", 240
+    )
+    assert greedy["phase"] == "Provisioning"
+    assert "group learners" in greedy["message"] and "nvidia.com/gpu" in greedy["message"], greedy
+    tiny = platform.wait("the learner OOMKilled", "tiny", ns, lambda s: s.get("reason") == "OOMKilled", 240)
+    assert tiny["phase"] == "Provisioning"
+    assert "group learners" in tiny["message"] and "150Mi" in tiny["message"], tiny
+    for name in ("greedy", "tiny"):
+        platform.stack.plane.kubectl_run("delete", "rlx", "-n", ns, name, "--timeout=120s")
+
+
+@pytest.mark.timeout(600)
+def test_an_env_name_only_the_image_can_check_fails_with_its_error_line(pod_platform):
+    """An env id the operator cannot check (it has no env registry) fails inside the trainer image:
+    the experiment turns Failed with the driver's last error line, not Running forever."""
+    platform = pod_platform
+    ns = "bad-env"
+    platform.credentials_secret(ns)
+    spec = journeys.small_experiment(platform.stack, iterations=2)
+    spec.update(env="NoSuchEnv-v0", faultTolerance={"backoffLimit": 0})
+    spec["rollouts"] = {"replicas": 0}
+    spec["learners"] = {"replicas": 0}
+    platform.apply("typo", ns, spec)
+    failed = wait_for(
+        "the experiment Failed",
+        lambda: (s := platform.status("typo", ns)).get("phase") == "Failed" and s,
+        300,
+    )
+    assert "unknown env 'NoSuchEnv-v0'" in failed["message"], failed
+    platform.stack.plane.kubectl_run("delete", "rlx", "-n", ns, "typo", "--timeout=120s")
+
+
+def e2e_only(request) -> None:
+    if not e2e_requested(request.config):
+        pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
+
+
+@pytest.mark.timeout(900)
+def test_suspend_resume_and_delete_on_real_pods(pod_platform, request):
+    e2e_only(request)
+    journeys.test_side_by_side_suspend_resume_and_delete(pod_platform)
+
+
+@pytest.mark.timeout(1200)
+def test_a_sweep_survives_the_head_on_real_pods(pod_platform, request):
+    """The sweep's two rollout Pods tolerate the GPU taint: the head asks a CPU per trial's driver
+    (two), all the CPU node has."""
+    e2e_only(request)
+    adapt = pod_platform.adapt
+    tolerant = {"rollouts": {"tolerations": [GPU_TOLERATION]}}
+    pod_platform.adapt = lambda spec: journeys.merged(adapt(spec), tolerant)
+    journeys.test_a_sweep_survives_the_head_and_resumes(pod_platform)
