@@ -17,7 +17,21 @@ per env runner (``num_envs_per_env_runner``). Both libraries: PPO, MLP 64x64 tan
     python -m bench.multi_agent --lib rllib         # re-runs itself under /tmp/anchors-venv
     /tmp/anchors-venv/bin/python -m bench.multi_agent --lib rllib
     python -m bench.multi_agent --agents 2,8 --policies shared,per-agent --envs 1,8 \\
-        --fragment 200 --samples 2 --repeats 3
+        --modes sample,train --fragment 200 --samples 2 --repeats 3
+    python -m bench.multi_agent --agents 2,8 --policies per-agent --envs 1 --modes train
+
+``--modes train`` (in the default ``--modes sample,train``) measures the same setups while
+training: each side builds its whole PPO algorithm (RLlib: ``config.build_algo()``, which starts
+a local Ray instance, shut down again after the setup) and a timed unit is one ``train()``
+iteration instead of one ``sample()``: one fragment (``train_batch_size`` = fragment x envs env
+steps), then per trainable policy ``num_epochs=10`` passes of minibatches of ``minibatch_size=128``
+rows (the tuned two-CartPole example's), then the weights back to the runner; everything else
+is either library's PPO default (the same numbers: lr 5e-5, lambda 1.0, kl_coeff 0.2, clip 0.3,
+vf_clip 10). Agent steps are those the iteration sampled (RLlib's
+``result["env_runners"]["num_agent_steps_sampled"]`` summed over agents, rltrainer's
+``result["num_agent_steps_sampled"]``). The libraries' minibatching differs in detail: rltrainer
+shuffles each policy's rows into minibatches of 128 (a policy with fewer rows takes them all at
+once), RLlib cycles each module's rows into minibatches of 128.
 
 (``/tmp/anchors-venv``: RLlib 2.60's own virtualenv, made as ``bench/anchors.py`` says; this
 script never imports rltrainer there, nor RLlib in the project's venv.)
