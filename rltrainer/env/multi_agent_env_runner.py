@@ -255,6 +255,8 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
                 members += groups[pid]
                 starts.append(len(members))
             rows = np.stack([rows_of[i][agent] for i, agent in members])
+            if rows.dtype != np.float32:  # e.g. a custom filter's float64: compute() takes numpy
+                continue
             policy_actions, logp = stack.compute(rows, starts, [slot for _, slot in entries], explore)
             self._act(members, policy_actions, policy_actions, logp, actions)
             handled.update(pid for pid, _ in entries)
