@@ -17,7 +17,21 @@ per env runner (``num_envs_per_env_runner``). Both libraries: PPO, MLP 64x64 tan
     python -m bench.multi_agent --lib rllib         # re-runs itself under /tmp/anchors-venv
     /tmp/anchors-venv/bin/python -m bench.multi_agent --lib rllib
     python -m bench.multi_agent --agents 2,8 --policies shared,per-agent --envs 1,8 \\
-        --fragment 200 --samples 2 --repeats 3
+        --modes sample,train --fragment 200 --samples 2 --repeats 3
+    python -m bench.multi_agent --agents 2,8 --policies per-agent --envs 1 --modes train
+
+``--modes train`` (in the default ``--modes sample,train``) measures the same setups while
+training: each side builds its whole PPO algorithm (RLlib: ``config.build_algo()``, which starts
+a local Ray instance, shut down again after the setup) and a timed unit is one ``train()``
+iteration instead of one ``sample()``: one fragment (``train_batch_size`` = fragment x envs env
+steps), then per trainable policy ``num_epochs=10`` passes of minibatches of ``minibatch_size=128``
+rows (the tuned two-CartPole example's), then the weights back to the runner; everything else
+is either library's PPO default (the same numbers: lr 5e-5, lambda 1.0, kl_coeff 0.2, clip 0.3,
+vf_clip 10). Agent steps are those the iteration sampled (RLlib's
+``result["env_runners"]["num_agent_steps_sampled"]`` summed over agents, rltrainer's
+``result["num_agent_steps_sampled"]``). The libraries' minibatching differs in detail: rltrainer
+shuffles each policy's rows into minibatches of 128 (a policy with fewer rows takes them all at
+once), RLlib cycles each module's rows into minibatches of 128.
 
 (``/tmp/anchors-venv``: RLlib 2.60's own virtualenv, made as ``bench/anchors.py`` says; this
 script never imports rltrainer there, nor RLlib in the project's venv.)
@@ -99,6 +113,11 @@ HIDDENS = [64, 64]
 ACTIVATION = "tanh"
 REPLY = "@@bench.multi_agent "  # the RLlib child's replies on stdout start with this
 POLICY_KINDS = ("shared", "per-agent")
+MODES = ("sample", "train")
+# PPO's settings in --modes train (both libraries; the rest are their shared PPO defaults):
+# one fragment per iteration (train_batch_size = fragment x envs env steps), then per policy
+# NUM_EPOCHS passes of minibatches of MINIBATCH_SIZE rows (the tuned two-CartPole example's).
+MINIBATCH_SIZE, NUM_EPOCHS = 128, 10
 
 
 class Setup(NamedTuple):
@@ -106,10 +125,12 @@ class Setup(NamedTuple):
     policies: str  # "shared" or "per-agent"
     envs: int
     fragment: int
+    mode: str = "sample"  # "sample": sample() calls; "train": PPO train() iterations
 
     @property
     def key(self) -> str:
-        return f"{self.agents}agents-{self.policies}-{self.envs}envs"
+        key = f"{self.agents}agents-{self.policies}-{self.envs}envs"
+        return key if self.mode == "sample" else f"{key}-train"
 
 
 def pin_threads() -> None:
@@ -165,6 +186,11 @@ class RltrainerSampler:
             .training(
                 model={"fcnet_hiddens": HIDDENS, "fcnet_activation": ACTIVATION},
                 train_batch_size=setup.fragment * setup.envs,
+                **(
+                    {"minibatch_size": MINIBATCH_SIZE, "num_epochs": NUM_EPOCHS}
+                    if setup.mode == "train"
+                    else {}
+                ),
             )
             .multi_agent(policies=policies, policy_mapping_fn=mapping)
             .reporting(storage_path=self._storage.name)
@@ -172,8 +198,12 @@ class RltrainerSampler:
         self.algo = config.build()
         torch_one_thread()
         self.runner = self.algo.env_runner_group.local_worker()
+        self.train = setup.mode == "train"
 
     def sample_once(self) -> tuple[int, int]:
+        if self.train:
+            result = self.algo.train()
+            return int(result["num_agent_steps_sampled"]), int(result["num_env_steps_sampled"])
         batch, _episodes = self.runner.sample(explore=True)
         return int(batch.agent_steps), int(batch.env_steps)
 
@@ -203,12 +233,20 @@ class RllibSampler:
                 explore=True,
             )
             # Only build_algo() validates it against the fragment: one fragment per batch.
-            .training(train_batch_size_per_learner=setup.fragment * setup.envs)
+            .training(
+                train_batch_size_per_learner=setup.fragment * setup.envs,
+                **(
+                    {"minibatch_size": MINIBATCH_SIZE, "num_epochs": NUM_EPOCHS}
+                    if setup.mode == "train"
+                    else {}
+                ),
+            )
             .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=HIDDENS, fcnet_activation=ACTIVATION))
             .multi_agent(policies=policies, policy_mapping_fn=mapping)
         )
         self.algo = None
-        if build == "algo":
+        self.train = setup.mode == "train"
+        if build == "algo" or self.train:
             import ray
 
             if not ray.is_initialized():
@@ -220,12 +258,19 @@ class RllibSampler:
         torch_one_thread()
 
     def sample_once(self) -> tuple[int, int]:
+        if self.train:
+            results = self.algo.train()["env_runners"]
+            agent_steps = results["num_agent_steps_sampled"]  # {agent id: steps this iteration}
+            return int(sum(agent_steps.values())), int(results["num_env_steps_sampled"])
         episodes = self.runner.sample(explore=True)
         return sum(e.agent_steps() for e in episodes), sum(e.env_steps() for e in episodes)
 
     def stop(self) -> None:
         if self.algo is not None:
+            import ray
+
             self.algo.stop()
+            ray.shutdown()  # its daemons would share the cores with the next setups
         else:
             self.runner.stop()
 
@@ -375,7 +420,9 @@ def run(sides: list[Side], setups: list[Setup], samples: int, repeats: int) -> d
         f"{setups[0].fragment}, 1 env runner in the driver, 1 torch thread; "
         f"medians of {repeats} x {samples} samples, agent steps/s"
     )
-    header = f"{'agents':>6} {'policies':>9} {'envs':>4} {'rltrainer':>10} {'RLlib':>10} {'ratio':>7}"
+    header = (
+        f"{'mode':>6} {'agents':>6} {'policies':>9} {'envs':>4} {'rltrainer':>10} {'RLlib':>10} {'ratio':>7}"
+    )
     print(header, flush=True)
     figures: dict[str, Any] = {}
     for setup in setups:
@@ -392,7 +439,7 @@ def run(sides: list[Side], setups: list[Setup], samples: int, repeats: int) -> d
         row = figures[setup.key] = summarize(setup, runs)
         ours, theirs = row.get("rltrainer_agent_steps_per_s"), row.get("rllib_agent_steps_per_s")
         print(
-            f"{setup.agents:>6} {setup.policies:>9} {setup.envs:>4} "
+            f"{setup.mode:>6} {setup.agents:>6} {setup.policies:>9} {setup.envs:>4} "
             f"{'-' if ours is None else f'{ours:,}':>10} {'-' if theirs is None else f'{theirs:,}':>10} "
             f"{row.get('ratio', '-'):>7}",
             flush=True,
@@ -409,7 +456,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--policies", default="shared,per-agent", help="shared and/or per-agent")
     parser.add_argument("--envs", default="1,8", help="comma-separated num_envs_per_env_runner")
     parser.add_argument("--fragment", type=int, default=200, help="rollout_fragment_length")
-    parser.add_argument("--samples", type=int, default=2, help="K: samples timed per repeat")
+    parser.add_argument(
+        "--modes", default="sample,train", help="sample (sample() calls) and/or train (PPO train())"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=2, help="K: samples (train() iterations) timed per repeat"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="R: medians over this many repeats")
     parser.add_argument("--rllib-python", default=RLLIB_PYTHON, help="RLlib 2.60's virtualenv python")
     parser.add_argument(
@@ -423,6 +475,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = set(args.policies.split(",")) - set(POLICY_KINDS)
     if bad:
         parser.error(f"--policies: unknown {sorted(bad)}; choose from {POLICY_KINDS}")
+    bad = set(args.modes.split(",")) - set(MODES)
+    if bad:
+        parser.error(f"--modes: unknown {sorted(bad)}; choose from {MODES}")
     if args.samples < 1 or args.repeats < 1 or args.fragment < 1:
         parser.error("--samples, --repeats and --fragment must be positive")
     return args
@@ -430,9 +485,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def setups_from(args: argparse.Namespace) -> list[Setup]:
     return [
-        Setup(int(agents), policies, int(envs), args.fragment)
-        for agents, policies, envs in itertools.product(
-            args.agents.split(","), args.policies.split(","), args.envs.split(",")
+        Setup(int(agents), policies, int(envs), args.fragment, mode)
+        for mode, agents, policies, envs in itertools.product(
+            args.modes.split(","), args.agents.split(","), args.policies.split(","), args.envs.split(",")
         )
     ]
 
@@ -469,6 +524,7 @@ def main(argv: list[str] | None = None) -> None:
             "bench": "multi_agent",
             "lib": args.lib,
             "fragment": args.fragment,
+            "train_settings": {"minibatch_size": MINIBATCH_SIZE, "num_epochs": NUM_EPOCHS},
             "samples": args.samples,
             "repeats": args.repeats,
             "rllib_build": args.rllib_build,

@@ -16,19 +16,23 @@ def test_defaults_cover_every_setup():
     args = parse_args([])
     assert (args.lib, args.fragment, args.samples, args.repeats) == ("both", 200, 2, 3)
     setups = setups_from(args)
-    assert len(setups) == 8
-    assert {(s.agents, s.policies, s.envs) for s in setups} == {
-        (agents, policies, envs)
+    assert len(setups) == 16
+    assert {(s.mode, s.agents, s.policies, s.envs) for s in setups} == {
+        (mode, agents, policies, envs)
+        for mode in ("sample", "train")
         for agents in (2, 8)
         for policies in ("shared", "per-agent")
         for envs in (1, 8)
     }
-    assert setups_from(parse_args(["--agents", "3", "--policies", "shared", "--envs", "4"])) == [
-        Setup(3, "shared", 4, 200)
-    ]
+    argv = ["--agents", "3", "--policies", "shared", "--envs", "4", "--modes", "sample"]
+    assert setups_from(parse_args(argv)) == [Setup(3, "shared", 4, 200)]
+    (train,) = setups_from(parse_args([*argv[:-1], "train"]))
+    assert train == Setup(3, "shared", 4, 200, "train") and train.key == "3agents-shared-4envs-train"
 
 
-@pytest.mark.parametrize("argv", [["--policies", "mixed"], ["--samples", "0"], ["--lib", "sb3"]])
+@pytest.mark.parametrize(
+    "argv", [["--policies", "mixed"], ["--samples", "0"], ["--lib", "sb3"], ["--modes", "learn"]]
+)
 def test_bad_arguments_are_refused(argv):
     with pytest.raises(SystemExit):
         parse_args(argv)

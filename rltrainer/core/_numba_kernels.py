@@ -129,6 +129,28 @@ def mlp_categorical_sample(x, weights, biases, activations, uniforms, explore, l
 
 
 @numba.njit(**_JIT)
+def stacked_mlp_categorical_sample(
+    x, starts, slots, weights, biases, activations, uniforms, explore, logits, actions, logp
+):
+    """Several policies of one architecture in one call: rows ``starts[k]:starts[k + 1]`` of
+    ``x`` go through the MLP in slot ``slots[k]`` of the stacked parameters (``weights[layer]``
+    ``[P, out, in]``, torch's layout per policy; ``biases[layer]`` ``[P, out]``) into
+    ``logits``, then ``categorical_sample`` runs over all rows. Each row gets what
+    ``mlp_categorical_sample`` gives it alone (the same operations in the same order)."""
+    last = len(weights) - 1
+    for k in range(len(slots)):
+        start, end, slot = starts[k], starts[k + 1], slots[k]
+        h = np.ascontiguousarray(x[start:end])
+        for layer in range(last):
+            h = np.dot(h, weights[layer][slot].T)
+            bias_activation(h, biases[layer][slot], activations[layer])
+        out = np.dot(h, weights[last][slot].T)
+        bias_activation(out, biases[last][slot], activations[last])
+        logits[start:end] = out
+    categorical_sample(logits, uniforms, explore, actions, logp)
+
+
+@numba.njit(**_JIT)
 def close_episodes(rewards, valid, dones, running_return, running_len):
     """Episode accounting for ``[T, N]`` steps, step by step (``EnvRunner._close_episodes``).
 

@@ -71,6 +71,13 @@ def warm_up() -> bool:
         for obs in (x, np.asfortranarray(x)):  # vector envs return either layout
             k.mlp_forward(obs, weights, biases, codes, out)
             k.mlp_categorical_sample(obs, weights, biases, codes, uniforms, True, out, actions, logp)
+        # Multi-agent runners' PolicyStack: the same layers stacked for two policies.
+        stacked_weights = tuple(np.stack([w, w]) for w in weights)
+        stacked_biases = tuple(np.stack([b, b]) for b in biases)
+        starts, slots = np.array([0, 1, 2], dtype=np.int64), np.array([1, 0], dtype=np.int64)
+        k.stacked_mlp_categorical_sample(
+            x, starts, slots, stacked_weights, stacked_biases, codes, uniforms, True, out, actions, logp
+        )
     flags = np.zeros((2, 3), dtype=bool)
     k.close_episodes(x, flags, flags, np.zeros(3), np.zeros(3, dtype=np.int64))
     return True

@@ -94,6 +94,8 @@ class NumpyMLP:
 
     def __init__(self, *fast: FastMLP, activation: str) -> None:
         self.params = [(w.detach().numpy().T, b.detach().numpy()) for part in fast for w, b in part.params]
+        self.tensors = [t for part in fast for pair in part.params for t in pair]
+        """The torch parameters viewed (their ``_version`` says when they were written)."""
         self.activate = [flag for part in fast for flag in part.activate]
         self.act = NUMPY_ACTIVATIONS[activation]
         # With numba (rltrainer.core.compiled) one kernel call runs every layer: its arguments.

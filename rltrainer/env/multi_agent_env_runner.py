@@ -29,6 +29,7 @@ from rltrainer.env.env_runner_core import EnvRunnerCore, EnvStepError, EpisodePl
 from rltrainer.env.episode import index_obs
 from rltrainer.env.multi_agent_episode import AgentTrack, MultiAgentEpisode
 from rltrainer.env.multi_agent_policies import PolicyFilters, PolicyMap
+from rltrainer.env.policy_stacks import build_stacks, observation_groups
 from rltrainer.env.registry import env_is_multi_agent, resolve_creator
 from rltrainer.env.rollout import EpisodeStats, Rollout
 from rltrainer.errors import ConfigError, EnvError, RLTrainerError
@@ -111,6 +112,10 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
             for hook in ("on_episode_start", "on_episode_step", "on_episode_end")
         }
         self.global_timestep = 0
+        self._stacks: dict[str, Any] | None = None  # see _policy_stacks
+        self._stacked_policies: list[tuple[str, Any]] = []
+        self._stack_list: list[Any] = []
+        self._obs_groups: dict[str, int] = {}  # see _flat_rows_grouped
 
     # --- sampling ----------------------------------------------------------------------
     def sample(self, explore: bool | None = None) -> tuple[MultiAgentBatch, list[EpisodeStats]]:
@@ -181,14 +186,12 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
             for agent in self._rows[i]:
                 groups.setdefault(episode.policy_for(agent), []).append((i, agent))
         actions: list[dict[Any, Any]] = [{} for _ in range(self.num_envs)]
+        stacked = self._compute_stacked(groups, explore, actions) if len(self.policy_map) > 1 else ()
         for pid, members in groups.items():
+            if pid in stacked:
+                continue
             out = self._compute(pid, np.stack([self._rows[i][agent] for i, agent in members]), explore)
-            env_actions, tracks = out["env_actions"], self._tracks
-            for k, (i, agent) in enumerate(members):
-                actions[i][agent] = index_obs(env_actions, k)
-                track = tracks[i].get(agent)
-                if track is not None:
-                    track.act(out["actions"][k], float(out["action_logp"][k]))
+            self._act(members, out["env_actions"], out["actions"], out["action_logp"], actions)
         # 2. step every env; what each agent observes next, batched per policy
         observed: dict[str, list[tuple[int, Any, Any]]] = {}
         outcomes = []
@@ -210,6 +213,71 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
             for policy in self.policy_map.values():
                 policy.global_timestep = self.global_timestep
         return len(live), acted
+
+    def _act(
+        self,
+        members: list[tuple[int, Any]],
+        env_actions: Any,
+        policy_actions: np.ndarray,
+        logp: np.ndarray,
+        actions: list[dict[Any, Any]],
+    ) -> None:
+        """Hand ``members`` (env index, agent) their actions and record them in their tracks."""
+        tracks = self._tracks
+        logp = logp.tolist()
+        for k, (i, agent) in enumerate(members):
+            actions[i][agent] = index_obs(env_actions, k)
+            track = tracks[i].get(agent)
+            if track is not None:
+                track.act(policy_actions[k], logp[k])
+
+    def _compute_stacked(
+        self, groups: dict[str, list[tuple[int, Any]]], explore: bool, actions: list[dict[Any, Any]]
+    ) -> set[str]:
+        """The actions of the groups whose policies share a ``PolicyStack``, one kernel call per
+        stack (also when only one of its policies acts now); returns the policy ids it handled."""
+        stacks = self._policy_stacks()
+        chosen: dict[int, tuple[Any, list[tuple[str, int]]]] = {}
+        for pid in groups:
+            entry = stacks.get(pid)
+            if entry is None:
+                continue
+            stack, slot = entry
+            policy = stack.policies[slot]
+            if explore and policy.global_timestep < policy.exploration.random_timesteps:
+                continue  # exploration's random actions first: compute() draws them
+            chosen.setdefault(id(stack), (stack, []))[1].append((pid, slot))
+        handled: set[str] = set()
+        rows_of = self._rows
+        for stack, entries in chosen.values():
+            members, starts = [], [0]
+            for pid, _ in entries:
+                members += groups[pid]
+                starts.append(len(members))
+            rows = np.stack([rows_of[i][agent] for i, agent in members])
+            if rows.dtype != np.float32:  # e.g. a custom filter's float64: compute() takes numpy
+                continue
+            policy_actions, logp = stack.compute(rows, starts, [slot for _, slot in entries], explore)
+            self._act(members, policy_actions, policy_actions, logp, actions)
+            handled.update(pid for pid, _ in entries)
+        return handled
+
+    def _policy_stacks(self) -> dict[str, Any]:
+        """``{policy id: (PolicyStack, slot)}``, rebuilt when the policies or their inference
+        changed (``add_policy``, ``remove_policy``, ``set_device``, ``share_model``)."""
+        stacks, policies = self._stacks, self._stacked_policies
+        if (
+            stacks is not None
+            and len(policies) == len(self.policy_map)
+            and all(self.policy_map.get(pid) is policy for pid, policy in policies)
+            and all(stack.current() for stack in self._stack_list)
+        ):
+            return stacks
+        self._stacks = stacks = build_stacks(self.policy_map)
+        self._obs_groups = observation_groups(self.policy_map)
+        self._stack_list = list({id(stack): stack for stack, _ in stacks.values()}.values())
+        self._stacked_policies = list(self.policy_map.items())
+        return stacks
 
     def _env_step(self, i: int, actions: dict[Any, Any]) -> _Outcome:
         env, episode = self.envs[i], self._episode[i]
@@ -260,10 +328,13 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
         """Flatten and filter the new observations per policy, give them to the agents' tracks,
         end the agents (and episodes) that are done."""
         ended_of = {outcome.env_index: outcome.ended for outcome in outcomes}
+        flat_of = self._flat_rows_grouped(observed, update_filter) if len(observed) > 1 else {}
         for pid, items in observed.items():
-            rows = self._flat_rows(
-                pid, [agent_obs for _, _, agent_obs in items], [a for _, a, _ in items], update_filter
-            )
+            rows = flat_of.get(pid)
+            if rows is None:
+                rows = self._flat_rows(
+                    pid, [agent_obs for _, _, agent_obs in items], [a for _, a, _ in items], update_filter
+                )
             for (i, agent, _), row in zip(items, rows, strict=True):
                 track = self._tracks[i].get(agent)
                 if agent in ended_of[i]:
@@ -376,6 +447,37 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
                     ) from None
             raise
         return self.filter.filters[pid](flat, update=update_filter)
+
+    def _flat_rows_grouped(
+        self, observed: dict[str, list[tuple[int, Any, Any]]], update_filter: bool
+    ) -> dict[str, np.ndarray]:
+        """``_flat_rows`` for the policies whose observations flatten alike, one ``transform``
+        per group (``observation_groups``); each policy's filter then gets its own rows.
+        Anything unexpected leaves the policy to ``_flat_rows``, which names the bad agent."""
+        self._policy_stacks()  # (rebuilds the groups too when the policies changed)
+        groups: dict[int, list[str]] = {}
+        for pid in observed:
+            group = self._obs_groups.get(pid)
+            if group is not None:
+                groups.setdefault(group, []).append(pid)
+        flat_of: dict[str, np.ndarray] = {}
+        for pids in groups.values():
+            if len(pids) < 2:
+                continue
+            preprocessor = self.policy_map[pids[0]].preprocessor
+            raw = [agent_obs for pid in pids for _, _, agent_obs in observed[pid]]
+            try:
+                flat = preprocessor.transform(np.stack(raw))
+            except (ValueError, TypeError, KeyError, IndexError, EnvError):
+                continue
+            if flat.shape != (len(raw), preprocessor.size):
+                continue
+            start = 0
+            for pid in pids:
+                end = start + len(observed[pid])
+                flat_of[pid] = self.filter.filters[pid](flat[start:end], update=update_filter)
+                start = end
+        return flat_of
 
     def _check_agents(self, obs: Any, rewards: Any, call: str) -> None:
         """Dicts, naming only agents the env declares (``possible_agents``, when it has them)."""
