@@ -208,15 +208,26 @@ def running_platform(
             adapt=adapt or (lambda spec: spec),
         )
     finally:
-        if operator is not None:
-            operator.stop()
-        kuberay = stack.kuberay
-        if stack.on_nodes and kuberay is not None:  # the Pods' deletion is graceful: wait for it
-            wait_for("every Ray pod gone", lambda: not kuberay.processes(), 120)
-        stack.stop()
+        try:
+            if stack.on_nodes and stack.plane is not None:
+                # The control plane outlives this test (the session's): leave it as found.
+                clear_experiments(stack)
+        finally:
+            if operator is not None:
+                operator.stop()
+            kuberay = stack.kuberay
+            stack.stop()
         if kuberay is not None:
             assert not kuberay.processes(), "processes left behind"
             assert not kuberay.errors, kuberay.errors
+
+
+def clear_experiments(stack: LocalStack) -> None:
+    """Delete every RLExperiment and RayCluster (the operator still running: its finalizer) and
+    wait until their Pods are gone (their grace period: up to 30 s)."""
+    for kind in ("rlexperiments", "rayclusters"):
+        stack.plane.kubectl_run("delete", kind, "--all", "-A", "--wait=true", "--timeout=120s", check=False)
+    wait_for("every Ray pod gone", lambda: not stack.kuberay.processes(), 120)
 
 
 @pytest.fixture

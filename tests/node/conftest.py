@@ -40,6 +40,18 @@ class Images:
     import_seconds: float
 
 
+#: The first node test also builds and imports the images (a cold build takes ~10 minutes).
+NODE_TEST_TIMEOUT_S = 1800
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Node tests get the time the session fixtures may take in them (``make images``, importing
+    into a cold image store); each still waits on its own deadlines."""
+    for item in items:
+        if item.nodeid.startswith("tests/node/") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT_S))
+
+
 @pytest.fixture(scope="session")
 def node(control_plane):
     missing = missing_node_requirements()

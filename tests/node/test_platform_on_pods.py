@@ -90,7 +90,6 @@ def pods_by_node(platform: journeys.Platform, namespace: str, cluster: str) -> d
     return found
 
 
-@pytest.mark.timeout(1500)
 def test_the_journey_on_real_pods(pod_platform, full_e2e):
     """``test_journey`` on Pods: placed by the scheduler (learner on the GPU node), a rollout Pod
     deleted, the learner's and the head's containers killed, resumed from S3, evaluated."""
@@ -125,11 +124,16 @@ def test_the_journey_on_real_pods(pod_platform, full_e2e):
     print(json.dumps(record))
 
 
-@pytest.mark.timeout(600)
+def said(status: dict[str, Any], reason: str) -> bool:
+    """Whether a condition of the experiment gives ``reason``."""
+    return any(c.get("reason") == reason for c in status.get("conditions") or [])
+
+
 def test_a_learner_no_node_can_hold_and_one_killed_for_memory_are_named(pod_platform):
     """Two experiments stay Provisioning and say why: learners asking 2 GPUs (a node has at most
-    one) are Unschedulable naming ``nvidia.com/gpu``; a learner whose memory limit Ray cannot start
-    in is OOMKilled, naming the learners group."""
+    one) are Unschedulable naming ``nvidia.com/gpu``; a learner whose memory limit Ray's own
+    processes outgrow (340Mi: just above what Ray accepts, as its object store takes ~23% of it
+    and needs 75 MB) is OOMKilled, naming the learners group."""
     platform = pod_platform
     ns = "bad-pods"
     platform.credentials_secret(ns)
@@ -139,22 +143,19 @@ def test_a_learner_no_node_can_hold_and_one_killed_for_memory_are_named(pod_plat
     adapt = platform.adapt
     platform.adapt = lambda spec: journeys.merged(adapt(spec), {"learners": {"gpusPerLearner": 2}})
     platform.apply("greedy", ns, base)
-    platform.adapt = lambda spec: journeys.merged(adapt(spec), {"learners": {"memory": "150Mi"}})
+    platform.adapt = lambda spec: journeys.merged(adapt(spec), {"learners": {"memory": "340Mi"}})
     platform.apply("tiny", ns, base)
     platform.adapt = adapt
-    greedy = platform.wait(
-        "the learner Unschedulable", "greedy", ns, lambda s: s.get("reason") == "Unschedulable", 240
-    )
+    greedy = platform.wait("the learner Unschedulable", "greedy", ns, lambda s: said(s, "Unschedulable"), 240)
     assert greedy["phase"] == "Provisioning"
     assert "group learners" in greedy["message"] and "nvidia.com/gpu" in greedy["message"], greedy
-    tiny = platform.wait("the learner OOMKilled", "tiny", ns, lambda s: s.get("reason") == "OOMKilled", 240)
+    tiny = platform.wait("the learner OOMKilled", "tiny", ns, lambda s: said(s, "OOMKilled"), 240)
     assert tiny["phase"] == "Provisioning"
-    assert "group learners" in tiny["message"] and "150Mi" in tiny["message"], tiny
+    assert "group learners" in tiny["message"] and "340Mi" in tiny["message"], tiny
     for name in ("greedy", "tiny"):
         platform.stack.plane.kubectl_run("delete", "rlx", "-n", ns, name, "--timeout=120s")
 
 
-@pytest.mark.timeout(600)
 def test_an_env_name_only_the_image_can_check_fails_with_its_error_line(pod_platform):
     """An env id the operator cannot check (it has no env registry) fails inside the trainer image:
     the experiment turns Failed with the driver's last error line, not Running forever."""
@@ -180,13 +181,11 @@ def e2e_only(request) -> None:
         pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
 
 
-@pytest.mark.timeout(900)
 def test_suspend_resume_and_delete_on_real_pods(pod_platform, request):
     e2e_only(request)
     journeys.test_side_by_side_suspend_resume_and_delete(pod_platform)
 
 
-@pytest.mark.timeout(1200)
 def test_a_sweep_survives_the_head_on_real_pods(pod_platform, request):
     """The sweep's two rollout Pods tolerate the GPU taint: the head asks a CPU per trial's driver
     (two), all the CPU node has."""
