@@ -104,6 +104,15 @@ def test_other_settings_go_through_autograd(training) -> None:
     assert not learner(config(**training)).gradients_by_hand()
 
 
+def test_a_subclass_with_its_own_backward_goes_through_autograd() -> None:
+    class NoisyGradients(PPOLearner):
+        def apply_gradients(self, loss):
+            super().apply_gradients(loss)
+
+    torch.manual_seed(0)
+    assert not make_learner(NoisyGradients, *SPACES, config(), "cpu").gradients_by_hand()
+
+
 def test_a_compiled_loss_goes_through_autograd() -> None:
     ppo = learner(config())
     ppo.config = config().framework(torch_compile_learner=True)  # what the check reads (not compiled here)

@@ -100,11 +100,12 @@ class PPOLearner(Learner):
 
     def gradients_by_hand(self) -> bool:
         """Whether ``manual_gradients`` gives this update's loss and gradients: PPO's own loss
-        (not a subclass's) on a network and settings it writes out."""
+        and backward pass (not a subclass's) on a network and settings it writes out."""
         cls = type(self)
         return (
             cls.compute_loss is PPOLearner.compute_loss
             and cls.forward_minibatch is PPOLearner.forward_minibatch
+            and cls.apply_gradients is Learner.apply_gradients
             and manual_gradients.applies(self)
         )
 
