@@ -65,8 +65,9 @@ def run_seed(command: list[str], seed: int, env: dict[str, str] | None = None) -
     """One time-to-solve seed in a fresh process (imports count in its time).
 
     The process prints, as its last JSON line, ``stopped_at`` (``time.time()`` when the stop
-    criterion was met), ``steps``, ``solved``, ``train_return`` and ``eval_return``; the
-    returned run has ``seconds`` from its start instead of ``stopped_at``.
+    criterion was met), ``steps``, ``solved``, ``train_return`` and ``eval_return``, optionally
+    ``cpu_s`` (its CPU seconds by then); the returned run has ``seconds`` from its start
+    instead of ``stopped_at``.
     """
     started = time.time()
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
@@ -76,8 +77,9 @@ def run_seed(command: list[str], seed: int, env: dict[str, str] | None = None) -
         raise SystemExit(f"seed {seed} crashed (exit {done.returncode})")
     run = json.loads(lines[-1])
     run["seconds"] = run.pop("stopped_at") - started
+    cpu = f" ({run['cpu_s']:.2f} s CPU)" if "cpu_s" in run else ""
     print(
-        f"  seed {seed}: {'solved' if run['solved'] else 'FAILED'} in {run['seconds']:.2f} s, "
+        f"  seed {seed}: {'solved' if run['solved'] else 'FAILED'} in {run['seconds']:.2f} s{cpu}, "
         f"{run['steps']} steps (train {run['train_return']:.1f}, eval {run['eval_return']:.1f})",
         flush=True,
     )
@@ -94,6 +96,11 @@ def summarize_seeds(runs: list[dict[str, Any]], **labels: Any) -> None:
         "median_s": median([run["seconds"] for run in runs]),
         "median_steps": median([run["steps"] for run in runs]),
         "seconds": [round(run["seconds"], 2) for run in runs],
+        **(
+            {"cpu_seconds": [round(run["cpu_s"], 2) for run in runs]}
+            if all("cpu_s" in run for run in runs)
+            else {}
+        ),
         "steps": [run["steps"] for run in runs],
     }
     median_s, median_steps = figures["median_s"], figures["median_steps"]

@@ -1,7 +1,8 @@
 """One seed of ``bench.time_to_solve``, in its own process (so imports count in its time).
 
-Prints one JSON line: when the stop criterion was met (``time.time()``), env steps,
-whether training solved, and the final policy's deterministic evaluation return.
+Prints one JSON line: when the stop criterion was met (``time.time()``), the process's CPU
+seconds by then (all threads; less sensitive than wall time to a shared machine's load), env
+steps, whether training solved, and the final policy's deterministic evaluation return.
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ def main() -> None:
             solved = result["episode_return_mean"] >= args.target
             if solved or result["timesteps_total"] >= args.budget:
                 break
-        stopped_at = time.time()
+        stopped_at, cpu_s = time.time(), time.process_time()
         evaluation = algo.evaluate()["evaluation"]["episode_return_mean"]
         algo.stop()
     print(
         json.dumps(
             {
                 "stopped_at": stopped_at,
+                "cpu_s": cpu_s,
                 "steps": result["timesteps_total"],
                 "train_return": result["episode_return_mean"],
                 "eval_return": evaluation,

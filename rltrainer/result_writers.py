@@ -7,38 +7,17 @@ module doc of ``rltrainer.results`` describes the folder; ``ResultLogger`` drive
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import json
 import math
 import os
 import socket
-import struct
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from rltrainer.utils import tfevents
 from rltrainer.utils.import_paths import import_object, object_path
-
-
-@functools.cache
-def _import_tensorboardx() -> tuple[type, type, Any]:
-    """tensorboardX's ``Summary`` and ``Event`` protos and its record checksum, without its
-    optional S3 writer: that imports boto3 eagerly (~0.1 s of every run's start-up), and
-    rltrainer uploads result files itself (see ResultLogger). Imported when the first
-    ResultLogger is made: the operator reads this module's key tables without it."""
-    hidden = "boto3" not in sys.modules
-    if hidden:
-        sys.modules["boto3"] = None  # type: ignore[assignment]  # makes `import boto3` fail fast
-    try:
-        from tensorboardX.proto.event_pb2 import Event
-        from tensorboardX.proto.summary_pb2 import Summary
-        from tensorboardX.record_writer import masked_crc32c
-    finally:
-        if hidden:
-            del sys.modules["boto3"]
-    return Summary, Event, masked_crc32c
 
 
 def append_whole(file: Any, data: bytes) -> None:
@@ -199,35 +178,26 @@ class TBXLogger:
     and its bounded queue then blocks the next iterations forever."""
 
     def __init__(self, config: dict[str, Any], logdir: str | Path) -> None:  # noqa: ARG002
-        self._summary, self._event, self._crc = _import_tensorboardx()
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
         self._file = open(Path(logdir) / name, "ab", buffering=0)  # noqa: SIM115 (closed in close())
-        self._write(self._event(wall_time=time.time(), file_version="brain.Event:2"))
+        self._write(tfevents.event(time.time(), file_version="brain.Event:2"))
 
     def restart_at(self, step: int) -> None:
         """Tell TensorBoard the run restarted at ``step``: it discards what earlier event files
         hold at this step and later (a crashed run's orphans, as for a restarted TF job)."""
-        from tensorboardX.proto.event_pb2 import SessionLog
-
-        start = SessionLog(status=SessionLog.START)
-        self._write(self._event(wall_time=time.time(), step=step, session_log=start))
+        self._write(tfevents.event(time.time(), step, session_start=True))
 
     def on_result(self, result: dict[str, Any]) -> None:
-        values = [
-            self._summary.Value(tag=f"rltrainer/{key}", simple_value=float(value))
+        scalars = {
+            f"rltrainer/{key}": float(value)
             for key, value in flatten(result).items()
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ]
+        }
         step = int(result.get("timesteps_total", 0))
-        self._write(self._event(wall_time=time.time(), step=step, summary=self._summary(value=values)))
+        self._write(tfevents.event(time.time(), step, scalars=scalars))
 
-    def _write(self, event: Any) -> None:
-        data = event.SerializeToString()
-        header = struct.pack("<Q", len(data))
-        crc = self._crc
-        append_whole(
-            self._file, header + struct.pack("<I", crc(header)) + data + struct.pack("<I", crc(data))
-        )
+    def _write(self, event: bytes) -> None:
+        append_whole(self._file, tfevents.record(event))
 
     def close(self) -> None:
         self._file.close()

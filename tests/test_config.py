@@ -517,3 +517,23 @@ def test_algorithm_accepts_a_dict_config(tmp_path):
 )
 def test_env_name_is_folder_safe(env, expected):
     assert PPOConfig().environment(env).env_name == expected
+
+
+@pytest.mark.parametrize("algo", ["PPO", "DQN", "SAC", "APPO", "MARWIL"])
+def test_field_docs_are_what_pydantic_reads_from_the_source(algo):
+    """``field_doc`` (read when a message needs it, not at import) gives every field's
+    docstring as pydantic's ``use_attribute_docstrings`` would."""
+    from pydantic._internal._docs_extraction import extract_docstrings_from_cls
+
+    from rltrainer.algorithms.config_sections.section import field_doc
+    from rltrainer.algorithms.registry import get_algorithm_class
+
+    config_class = get_algorithm_class(algo).config_class
+    for name in config_class.model_fields:
+        # The class that declares the field last (a subclass may declare it again) documents it.
+        owner = next(
+            base for base in config_class.__mro__ if name in base.__dict__.get("__annotations__", {})
+        )
+        expected = extract_docstrings_from_cls(owner, use_inspect=True).get(name, "")
+        assert field_doc(config_class, name) == expected, name
+    assert field_doc(config_class, "gamma") == "Discount factor."

@@ -44,6 +44,7 @@ from rltrainer.algorithms.config_sections.multi_agent import check_multi_agent
 from rltrainer.algorithms.config_sections.section import (
     SECTION_MODEL_CONFIG,
     PiecewiseSchedule,
+    field_doc,
 )
 from rltrainer.algorithms.rllib_keys import translate_rllib_keys
 from rltrainer.errors import ConfigError
@@ -302,7 +303,7 @@ class AlgorithmConfig(
                 setattr(self, key, value)
             except ValidationError as err:
                 problem = err.errors()[0]["msg"]
-                expected = type(self).model_fields[key].description or ""
+                expected = field_doc(type(self), key)
                 # storage_options might hold secrets by mistake: never echo their values.
                 got = (
                     f"keys {sorted(value)}"

@@ -148,13 +148,16 @@ class Learner:
         naming the non-finite ``terms()``, or with ``on_nonfinite="skip_batch"`` warn and return
         False: the caller skips this gradient step. With several learners they decide together
         (a learner skipping DDP's backward would leave the others waiting in its all-reduce)."""
-        finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
-        if self.world_size > 1:
+        if self.world_size == 1:
+            if math.isfinite(loss.item()):
+                return True
+        else:
             import torch.distributed as dist
 
+            finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        if bool(finite.item()):
-            return True
+            if bool(finite.item()):
+                return True
         values = terms()
         bad = [name for name, value in values.items() if not math.isfinite(value)]
         shown = ", ".join(f"{name}={value:.4g}" for name, value in values.items())
@@ -176,6 +179,10 @@ class Learner:
     def apply_gradients(self, loss: torch.Tensor) -> None:
         self.flat_params.zero_grad()
         loss.backward()
+        self.step_with_gradients()
+
+    def step_with_gradients(self) -> None:
+        """One optimizer step with the gradients in the parameters' ``.grad``, clipped as configured."""
         if self.config.grad_clip is not None:
             self.flat_params.clip_grad(self.config.grad_clip, self.config.grad_clip_by)
         self.optimizer.step()

@@ -65,9 +65,11 @@ class Adam:
         self.step_count = 0
         self.exp_avg = torch.zeros_like(flat.data)
         self.exp_avg_sq = torch.zeros_like(flat.data)
+        self._denom = torch.empty_like(flat.data)
 
-    @torch.no_grad()
     def step(self) -> None:
+        # No torch.no_grad() needed: the flat buffers are plain tensors (the parameters are
+        # views of them through .data), so nothing here is recorded.
         grad = self.flat.grad
         beta1, beta2 = self.betas
         self.step_count += 1
@@ -75,7 +77,7 @@ class Adam:
         self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         bias1 = 1 - beta1**self.step_count
         bias2 = 1 - beta2**self.step_count
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(self.eps)
+        denom = torch.sqrt(self.exp_avg_sq, out=self._denom).div_(math.sqrt(bias2)).add_(self.eps)
         self.flat.data.addcdiv_(self.exp_avg, denom, value=-self.lr / bias1)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:

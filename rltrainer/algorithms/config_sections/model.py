@@ -40,7 +40,7 @@ class ModelConfig(BaseModel):
     """The policy/value network (RLlib's ``model`` dict): an MLP over flat observations, a conv
     stack over image observations (a rank-3 ``Box``), or a custom model."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     fcnet_hiddens: LayerSizes = Field(default_factory=lambda: [256, 256])
     """Sizes of the hidden layers."""

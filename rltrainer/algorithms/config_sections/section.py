@@ -5,6 +5,9 @@ coefficients."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
@@ -18,9 +21,13 @@ SECTION_MODEL_CONFIG = ConfigDict(
     extra="forbid",
     strict=True,
     arbitrary_types_allowed=True,
-    use_attribute_docstrings=True,
     protected_namespaces=(),
+    # Validators are built when a class is first instantiated: the sections and
+    # AlgorithmConfig are bases that are not, and a run instantiates one algorithm's config.
+    defer_build=True,
 )
+# (Not pydantic's use_attribute_docstrings: it parses every section's source at import, a
+# noticeable part of each run's start-up, for the field docs that only messages read: field_doc.)
 
 # JSON and YAML give [timestep, value] pairs as lists; strict validation wants tuples.
 PiecewiseSchedule = list[
@@ -35,6 +42,30 @@ class ConfigSection(BaseModel):
     provides ``_update`` (which sets a section's keys, validated) and the other sections."""
 
     model_config = SECTION_MODEL_CONFIG
+
+
+def field_doc(cls: type, name: str) -> str:
+    """The docstring under field ``name`` in the class that declares it ("" without one), as
+    pydantic's ``use_attribute_docstrings`` would give it; read from the source when asked."""
+    for base in cls.__mro__:
+        if name not in base.__dict__.get("__annotations__", {}):
+            continue
+        try:
+            body = ast.parse(textwrap.dedent(inspect.getsource(base))).body[0].body
+        except (OSError, TypeError, SyntaxError):  # no source (e.g. a frozen or interactive class)
+            return ""
+        for node, after in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and node.target.id == name
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                return inspect.cleandoc(after.value.value)
+        return ""
+    return ""
 
 
 def check_schedule(name: str, schedule: PiecewiseSchedule) -> None:

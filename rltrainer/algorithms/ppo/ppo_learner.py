@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from rltrainer.algorithms.ppo import manual_gradients
 from rltrainer.algorithms.ppo.ppo_config import PPOConfig
 from rltrainer.algorithms.ppo.sequences import RecurrentPPOBatch, concatenate, sequence_batch
 from rltrainer.core.learner import Learner
@@ -63,14 +64,22 @@ class PPOLearner(Learner):
             rows = round(rows * size / max(1, int(data.mask.sum())))
         minibatch = size if full_batch else min(max(1, rows), size)
         stats: list[torch.Tensor] = []
+        # The plain actor-critic MLP's gradients are written out (bitwise autograd's, faster).
+        by_hand = self.gradients_by_hand()
         for epoch in range(cfg.num_epochs):
             # Diagnostics cost as much as the loss itself, so only the last epoch reports them.
             last_epoch = epoch == cfg.num_epochs - 1
             for mb in self.minibatches(data, size, minibatch):
-                loss, mb_stats = self.compute_loss(mb, last_epoch)
+                if by_hand:
+                    loss, mb_stats = manual_gradients.loss_and_gradients(self, mb, last_epoch)
+                else:
+                    loss, mb_stats = self.compute_loss(mb, last_epoch)
                 if not self.loss_is_finite(loss, lambda mb=mb: self.loss_terms(mb)):
                     continue  # on_nonfinite="skip_batch"
-                self.apply_gradients(loss)
+                if by_hand:
+                    self.step_with_gradients()
+                else:
+                    self.apply_gradients(loss)
                 if last_epoch:
                     stats.append(mb_stats)
         if not stats:  # every step of the last epoch skipped
@@ -88,6 +97,17 @@ class PPOLearner(Learner):
         result["cur_lr"] = lr
         result["cur_kl_coeff"] = self.kl_coeff
         return result
+
+    def gradients_by_hand(self) -> bool:
+        """Whether ``manual_gradients`` gives this update's loss and gradients: PPO's own loss
+        and backward pass (not a subclass's) on a network and settings it writes out."""
+        cls = type(self)
+        return (
+            cls.compute_loss is PPOLearner.compute_loss
+            and cls.forward_minibatch is PPOLearner.forward_minibatch
+            and cls.apply_gradients is Learner.apply_gradients
+            and manual_gradients.applies(self)
+        )
 
     @property
     def gae_lambda(self) -> float:

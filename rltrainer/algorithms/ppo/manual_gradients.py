@@ -1,0 +1,135 @@
+"""PPO's loss and its gradients without autograd, for the plain actor-critic MLP.
+
+The tuned CartPole example takes 20 gradient steps of a 4-64-64 policy and value MLP per
+256 sampled steps. At that size autograd's bookkeeping (a graph recorded in the forward pass,
+then walked node by node in ``backward``) costs more than the arithmetic. Here the forward
+pass runs without recording, and the backward pass is written out with the same ops, in the
+same order, that autograd's derivative formulas run (torch's ``derivatives.yaml``: addmm,
+relu/tanh, log_softmax, gather, exp, clamp, minimum, mean, pow), so the loss, the statistics
+and every gradient are bitwise what ``PPOLearner.compute_loss`` and ``backward()`` give
+(``tests/test_ppo_manual_gradients.py`` checks it).
+
+It applies only where those formulas are all there is (``applies``): ``ActorCritic`` with
+separate policy and value MLPs, a categorical policy, no entropy bonus, no KL penalty, one
+learner, no ``torch.compile`` and no LSTM. Everything else goes through autograd.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rltrainer.core.distributions import Categorical
+from rltrainer.core.models import ActorCritic
+
+if TYPE_CHECKING:
+    from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, PPOLearner
+
+#: The activations whose derivative is written out: autograd's formula for each (grad, output).
+ACTIVATION_BACKWARD = {
+    "relu": lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0),
+    "tanh": lambda grad, out: torch.ops.aten.tanh_backward(grad, out),
+}
+
+
+def applies(learner: PPOLearner) -> bool:
+    """Whether ``learner``'s network and settings are those written out here (its class checks
+    that its loss is ``PPOLearner``'s own)."""
+    module, cfg = learner.module, learner.config
+    return (
+        type(module) is ActorCritic
+        and learner.dist_class is Categorical
+        and learner.train_module is module
+        and learner.world_size == 1
+        and not learner.recurrent
+        and not cfg.torch_compile_learner
+        and cfg.entropy_coeff == 0
+        and cfg.kl_coeff == 0
+        and module.trunk is None
+        and not module.free_log_std
+        and module.activation in ACTIVATION_BACKWARD
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+        and not module._run_pi.activate[-1]
+        and not module._run_vf.activate[-1]
+        and all(p.requires_grad and p.grad is not None for p in module.parameters())
+    )
+
+
+def loss_and_gradients(
+    learner: PPOLearner, mb: PPOBatch, with_stats: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``compute_loss(mb, with_stats)``'s ``(loss, stats)``, with the loss's gradients written
+    into the parameters' ``.grad`` (what ``zero_grad()`` and ``loss.backward()`` leave there)."""
+    cfg, module = learner.config, learner.module
+    with torch.no_grad():
+        # Forward: the loss of PPOLearner.compute_loss, keeping what the backward pass reads.
+        pi_layers = _mlp_forward(module._run_pi, mb.obs)
+        vf_layers = _mlp_forward(module._run_vf, mb.obs)
+        logp_all = torch.log_softmax(pi_layers[-1], dim=-1)  # Categorical
+        index = mb.actions.long().unsqueeze(-1)
+        logratio = logp_all.gather(-1, index).squeeze(-1) - mb.action_logp
+        ratio = logratio.exp()
+        surr1 = ratio * mb.advantages
+        low, high = 1 - cfg.clip_param, 1 + cfg.clip_param
+        surr2 = torch.clamp(ratio, low, high) * mb.advantages
+        pg_loss = -torch.min(surr1, surr2).mean()
+        error = vf_layers[-1].squeeze(-1) - mb.value_targets
+        squared = error.pow(2)
+        vf_loss = squared if cfg.vf_clip_param is None else torch.clamp(squared, max=cfg.vf_clip_param)
+        vf_loss = vf_loss.mean()
+        loss = pg_loss + cfg.vf_loss_coeff * vf_loss
+
+        # Backward, node by node from d loss / d loss = 1 (autograd's formulas, its op order).
+        rows = mb.obs.shape[0]
+        one = torch.ones_like(loss)
+        grad = (one * cfg.vf_loss_coeff).expand(rows) / rows  # mul, then mean
+        if cfg.vf_clip_param is not None:  # clamp(max=): the gradient passes where not clipped
+            grad = torch.where(squared <= cfg.vf_clip_param, grad, torch.zeros((), dtype=grad.dtype))
+        grad_values = (grad * (2 * error.pow(1))).unsqueeze(-1)  # pow(2), then squeeze
+        grad_min = one.neg().expand(rows) / rows  # neg, then mean
+        ties = surr1 == surr2  # minimum: ties share the gradient
+        grad_surr1 = torch.where(ties, grad_min / 2, grad_min).masked_fill_(surr1 > surr2, 0)
+        grad_surr2 = torch.where(ties, grad_min / 2, grad_min).masked_fill_(surr1 < surr2, 0)
+        grad_clamped = grad_surr2 * mb.advantages
+        in_range = (ratio >= low).logical_and_(ratio <= high)
+        grad_ratio = grad_surr1 * mb.advantages + torch.where(
+            in_range, grad_clamped, torch.zeros((), dtype=grad_clamped.dtype)
+        )
+        grad_logp = torch.zeros_like(logp_all).scatter_add_(-1, index, (grad_ratio * ratio).unsqueeze(-1))
+        grad_logits = torch._log_softmax_backward_data(grad_logp, logp_all, -1, logp_all.dtype)
+        _mlp_backward(module._run_pi, pi_layers, grad_logits, module.activation)
+        _mlp_backward(module._run_vf, vf_layers, grad_values, module.activation)
+        if not with_stats:
+            return loss, None
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        stats = torch.stack([pg_loss, vf_loss, entropy.mean(), approx_kl, clipfrac, loss])
+    return loss, stats
+
+
+def _mlp_forward(mlp: Any, x: torch.Tensor) -> list[torch.Tensor]:
+    """A ``FastMLP``'s input and each layer's output (after its activation)."""
+    outputs = [x]
+    for (weight, bias), activate in zip(mlp.params, mlp.activate, strict=True):
+        x = torch.addmm(bias, x, weight.t())
+        if activate:
+            x = mlp.act(x)
+        outputs.append(x)
+    return outputs
+
+
+def _mlp_backward(mlp: Any, outputs: list[torch.Tensor], grad: torch.Tensor, activation: str) -> None:
+    """Write each layer's weight and bias gradients (``addmm``'s formulas for a weight used
+    transposed), from ``grad``, the gradient of the last layer's output."""
+    activation_backward = ACTIVATION_BACKWARD[activation]
+    for layer in range(len(mlp.params) - 1, -1, -1):
+        weight, bias = mlp.params[layer]
+        if mlp.activate[layer]:
+            grad = activation_backward(grad, outputs[layer + 1])
+        weight.grad.copy_(grad.t().mm(outputs[layer]))
+        torch.sum(grad, 0, keepdim=True, out=bias.grad.view(1, -1))
+        if layer > 0:  # the network's input needs no gradient
+            grad = grad.mm(weight)
