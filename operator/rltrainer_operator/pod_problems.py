@@ -10,6 +10,7 @@ Pure functions on Pod dicts (as the API returns them), tested without a cluster.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,3 +105,32 @@ def _memory_limit(pod: dict[str, Any], container: str) -> str:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
+
+
+#: Ray's memory monitor's words when it kills a worker (``ray.exceptions.OutOfMemoryError``):
+#: "Memory on the node (IP: 10.244.0.64, ID: ...) where the task (...) was running was
+#: 0.33GB / 0.34GB (0.97), which exceeds the memory usage threshold of 0.95".
+_RAY_OOM = re.compile(
+    r"Memory on the node \(IP: ([0-9A-Fa-f.:]+)[^)]*\).*? was running was ([0-9.]+GB / [0-9.]+GB)", re.S
+)
+
+
+def ray_oom_problem(job_message: str, pods: list[dict[str, Any]]) -> PodProblem | None:
+    """A driver job that failed because Ray killed a process for memory, as the pod where it
+    happened: its group and memory limit (the pod's container lives on, so the kubelet reports
+    nothing; the job's message names the node's IP, which is the pod's)."""
+    found = _RAY_OOM.search(job_message or "")
+    if found is None:
+        return None
+    ip, usage = found.groups()
+    for pod in pods:
+        if (pod.get("status") or {}).get("podIP") == ip:
+            container = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "?")
+            limit = _memory_limit(pod, container)
+            return PodProblem(
+                "OOMKilled",
+                _group(pod),
+                f"{_where(pod)}: Ray killed a process for memory ({usage} used, limit {limit}); "
+                "raise the group's memory",
+            )
+    return PodProblem("OOMKilled", "?", f"Ray killed a process for memory on node {ip} ({usage} used)")

@@ -47,7 +47,7 @@ from rltrainer_operator.models import (
     Phase,
     TrialCounts,
 )
-from rltrainer_operator.pod_problems import pod_problems
+from rltrainer_operator.pod_problems import pod_problems, ray_oom_problem
 from rltrainer_operator.ray_jobs import (
     JobInfo,
     RayAuthError,
@@ -436,6 +436,10 @@ class _Step:
         if job.status == "SUCCEEDED":
             return self._succeed(cluster)
         if job.finished:
+            pods = self.r.kube.list_cluster_pods(self.namespace, self._cluster_name())
+            oom = ray_oom_problem(job.message, pods)
+            if oom is not None:
+                return self._restart(oom.reason, f"{oom.message} ({_job_message(job)})", cluster_lost=False)
             return self._restart("JobFailed", _job_message(job), cluster_lost=False)
         if self._crash_looping():
             return

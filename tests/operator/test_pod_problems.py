@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rltrainer_operator.pod_problems import pod_problems
+from rltrainer_operator.pod_problems import pod_problems, ray_oom_problem
 
 
 def pod(name: str, group: str, status: dict[str, Any], memory: str | None = None) -> dict[str, Any]:
@@ -96,3 +96,20 @@ def test_the_head_comes_first() -> None:
         ]
     )
     assert [p.group for p in problems] == ["headgroup", "rollouts"] and "the head" in problems[0].message
+
+
+def test_a_job_ray_killed_for_memory_names_the_pod_its_group_and_limit() -> None:
+    message = (
+        "Job entrypoint command failed with exit code 1, last available logs:\n"
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+        "Memory on the node (IP: 10.244.0.64, ID: 5c1f) where the task (actor ID: 9e, name=Learner.__init__,"
+        " pid=312, memory used=0.21GB) was running was 0.33GB / 0.34GB (0.97), which exceeds the memory usage"
+        " threshold of 0.95.\nRefer to the documentation on how to address the out of memory issue"
+    )
+    learner = pod("c-learners-worker-x", "learners", {"podIP": "10.244.0.64"}, memory="340Mi")
+    head = pod("c-head-y", "headgroup", {"podIP": "10.244.0.2"})
+    problem = ray_oom_problem(message, [head, learner])
+    assert problem is not None and problem.reason == "OOMKilled" and problem.group == "learners"
+    assert "group learners" in problem.message and "340Mi" in problem.message
+    assert "0.33GB / 0.34GB" in problem.message
+    assert ray_oom_problem("ValueError: boom", [head, learner]) is None
