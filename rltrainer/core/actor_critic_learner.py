@@ -79,16 +79,27 @@ class ActorCriticLearner(Learner):
     def build_batch(self, batch: Any) -> Any:
         return batch  # a replayed batch, as the buffer gives it
 
-    def step(self, name: str, loss: torch.Tensor, inputs: list[torch.Tensor] | None = None) -> bool:
+    def step(
+        self,
+        name: str,
+        loss: torch.Tensor,
+        inputs: list[torch.Tensor] | None = None,
+        gradients: Callable[[], None] | None = None,
+    ) -> bool:
         """One gradient step of part ``name`` on ``loss``; False when a non-finite loss was
         skipped (``on_nonfinite="skip_batch"``). ``inputs``: accumulate gradients only into
-        these (the actor's loss backpropagates through a critic without touching its weights)."""
+        these (the actor's loss backpropagates through a critic without touching its weights).
+        ``gradients``: writes the part's whole gradient itself (hand-written, see
+        ``FastMLP.backward``) instead of autograd's ``loss.backward()``."""
         self._stepping = name
         if not self.loss_is_finite(loss, lambda: {f"{name}_loss": float(loss)}):
             return False
         params = self.params[name]
-        params.zero_grad()
-        loss.backward(inputs=inputs)
+        if gradients is not None:
+            gradients()
+        else:
+            params.zero_grad()
+            loss.backward(inputs=inputs)
         if self.config.grad_clip is not None:
             params.clip_grad(self.config.grad_clip, self.config.grad_clip_by)
         self.optimizers[name].step()

@@ -143,6 +143,7 @@ class FastMLP:
         ends_with_activation = not isinstance(layers[-1], nn.Linear)
         self.activate = [True] * (len(linears) - 1) + [ends_with_activation]
         self.act = ACTIVATION_FNS[activation]
+        self.activation = activation
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         for (weight, bias), activate in zip(self.params, self.activate, strict=True):
@@ -150,6 +151,56 @@ class FastMLP:
             if activate:
                 x = self.act(x)
         return x
+
+    # --- hand-written gradients (docs/design/learning.md) --------------------------------
+    @property
+    def has_backward(self) -> bool:
+        """Whether ``backward`` knows this MLP's activation's derivative."""
+        return self.activation in _DERIVATIVES
+
+    @torch.no_grad()
+    def forward_saved(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """``[x, layer 1's output, ..., the MLP's output]``: what ``backward`` needs (no autograd)."""
+        saved = [x]
+        for (weight, bias), activate in zip(self.params, self.activate, strict=True):
+            x = torch.addmm(bias, x, weight.t())
+            if activate:
+                x = _IN_PLACE[self.activation](x)
+            saved.append(x)
+        return saved
+
+    @torch.no_grad()
+    def backward(
+        self, saved: list[torch.Tensor], grad: torch.Tensor, param_grads: bool = True, input_grad: bool = False
+    ) -> torch.Tensor | None:
+        """Backpropagate ``grad`` (d loss / d output, ``[B, out]``) through the layers of the
+        ``forward_saved`` call that returned ``saved``. ``param_grads``: write each weight's and
+        bias's gradient into its ``.grad`` (overwritten, not accumulated: the gradients must be
+        tensors of their own, e.g. ``FlatParameters``' views); returns d loss / d input when
+        ``input_grad``."""
+        derivative = _DERIVATIVES[self.activation]
+        last = len(self.params) - 1
+        for i in range(last, -1, -1):
+            weight, bias = self.params[i]
+            if self.activate[i]:
+                grad = derivative(grad, saved[i + 1])
+            if param_grads:
+                torch.mm(grad.t(), saved[i], out=weight.grad)
+                torch.sum(grad, 0, out=bias.grad)
+            if i == 0 and not input_grad:
+                return None
+            grad = grad.mm(weight)
+        return grad
+
+
+#: Activations applied in place to a layer's fresh output (``FastMLP.forward_saved``).
+_IN_PLACE = {"relu": torch.relu_, "tanh": torch.tanh_, "linear": lambda x: x}
+#: d loss / d input of an activation from d loss / d output and the activation's output.
+_DERIVATIVES = {
+    "relu": lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0.0),
+    "tanh": lambda grad, out: torch.ops.aten.tanh_backward(grad, out),
+    "linear": lambda grad, out: grad,
+}
 
 
 def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
