@@ -16,7 +16,7 @@ from torch import nn
 
 from rltrainer.algorithms.ddpg.ddpg_config import DDPGConfig
 from rltrainer.core.actor_critic_learner import ActorCriticLearner, ActorCriticModule, freeze_as_target, min_q
-from rltrainer.core.models import ContinuousQ, PolicyMLP, TargetCopy
+from rltrainer.core.models import ContinuousQ, PolicyMLP, TargetCopy, TwinMLP
 from rltrainer.utils.replay_buffers import ReplayBatch
 
 
@@ -72,6 +72,16 @@ class DDPGLearner(ActorCriticLearner):
         self._by_hand = not config.torch_compile_learner and all(
             net.encoder is None and net._run.has_backward for net in nets
         )
+        # Twin critics (and their targets) as one network each: batched products over both.
+        self._twins: tuple[TwinMLP, TwinMLP] | None = None
+        if self._by_hand and module.q2 is not None:
+            try:
+                self._twins = (
+                    TwinMLP(module.q1._run, module.q2._run),
+                    TwinMLP(module.q1_target._run, module.q2_target._run),
+                )
+            except ValueError:  # not laid out as twins in their buffers: one after the other
+                self._twins = None
 
     def optimizer_parts(self) -> dict[str, tuple[nn.Module, float]]:
         m, cfg = self.module, self.config
@@ -141,20 +151,31 @@ class DDPGLearner(ActorCriticLearner):
             noise.clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
             next_actions = next_actions.add_(noise).clamp_(-1.0, 1.0)
         next_inputs = torch.cat([next_obs, next_actions], dim=-1)
-        next_q = [q._run(next_inputs) for q in m.target_critics()]
-        next_q = next_q[0] if len(next_q) == 1 else torch.minimum(next_q[0], next_q[1])
-        q_target = torch.addcmul(rewards, bootstrap, next_q.squeeze(-1))
         inputs = torch.cat([obs, actions], dim=-1)
-        saved = [q._run.forward_saved(inputs) for q in m.critics()]
-        errors = [s[-1].squeeze(-1) - q_target for s in saved]
-        critic_loss = sum((weights * self._td_loss(error)).mean() for error in errors)
+        if self._twins is not None:  # [2, B, 1]: both critics at once
+            twin, twin_target = self._twins
+            next_q = twin_target(next_inputs).amin(0)
+            saved = twin.forward_saved(inputs)
+            q_values = saved[-1].squeeze(-1)
+        else:
+            next_q = [q._run(next_inputs) for q in m.target_critics()]
+            next_q = next_q[0] if len(next_q) == 1 else torch.minimum(next_q[0], next_q[1])
+            saved = [q._run.forward_saved(inputs) for q in m.critics()]
+            q_values = torch.stack([s[-1].squeeze(-1) for s in saved])
+        q_target = torch.addcmul(rewards, bootstrap, next_q.squeeze(-1))
+        errors = q_values - q_target  # [critics, B]
+        critic_loss = (weights * self._td_loss(errors)).mean(-1).sum()
         if cfg.l2_reg > 0:
             critic_loss = critic_loss + cfg.l2_reg * sum(w.pow(2).sum() for w in self._critic_weights)
 
         def critic_gradients() -> None:
-            for q, s, error in zip(m.critics(), saved, errors, strict=True):
-                td_grad = error if not cfg.use_huber else error.clamp(-cfg.huber_threshold, cfg.huber_threshold)
-                q._run.backward(s, (weights * td_grad).div_(batch_size).unsqueeze_(-1))
+            td_grad = errors if not cfg.use_huber else errors.clamp(-cfg.huber_threshold, cfg.huber_threshold)
+            grads = (weights * td_grad).div_(batch_size).unsqueeze_(-1)  # d loss / d Q: [critics, B, 1]
+            if self._twins is not None:
+                self._twins[0].backward(saved, grads)
+            else:
+                for q, s, grad in zip(m.critics(), saved, grads, strict=True):
+                    q._run.backward(s, grad)
             for w in self._critic_weights if cfg.l2_reg > 0 else ():
                 w.grad.add_(w, alpha=2.0 * cfg.l2_reg)
 
@@ -180,7 +201,7 @@ class DDPGLearner(ActorCriticLearner):
                 self.update_targets(timestep)
 
         self.set_td_errors(errors[0])
-        return self._stats(critic_loss, saved[0][-1].squeeze(-1))
+        return self._stats(critic_loss, q_values[0])
 
     def _td_loss(self, error: torch.Tensor) -> torch.Tensor:
         if not self.config.use_huber:
