@@ -74,7 +74,7 @@ class ActorCriticLearner(Learner):
             name: Adam(self.params[name], lr=lr, eps=ADAM_EPS) for name, (_, lr) in parts.items()
         }
         self._stepping = next(iter(parts))
-        self.last_td_errors = np.zeros(0, dtype=np.float32)  # the replay buffer's new priorities
+        self.set_td_errors(torch.zeros(0, device=self.device))  # the replay buffer's new priorities
 
     def build_batch(self, batch: Any) -> Any:
         return batch  # a replayed batch, as the buffer gives it
@@ -109,11 +109,18 @@ class ActorCriticLearner(Learner):
         return self.optimizers[self._stepping].lr
 
     def set_td_errors(self, td_errors: torch.Tensor) -> None:
-        """Keep the batch's TD errors for the replay buffer's priorities (0 where not finite,
-        so a skipped step leaves no NaN priorities)."""
-        self.last_td_errors = (
-            torch.nan_to_num(td_errors.detach(), nan=0.0, posinf=0.0, neginf=0.0).cpu().numpy()
-        )
+        """Keep the batch's TD errors for the replay buffer's priorities; ``last_td_errors``
+        converts them when read (uniform replay never reads them)."""
+        self._td_errors, self._td_errors_numpy = td_errors.detach(), None
+
+    @property
+    def last_td_errors(self) -> np.ndarray:
+        """The last batch's TD errors as numpy (0 where not finite, so a skipped step leaves no
+        NaN priorities)."""
+        if self._td_errors_numpy is None:
+            errors = torch.nan_to_num(self._td_errors, nan=0.0, posinf=0.0, neginf=0.0)
+            self._td_errors_numpy = errors.cpu().numpy()
+        return self._td_errors_numpy
 
     def get_policy_weights(self) -> dict[str, torch.Tensor]:
         """Only what env runners act with: the actor."""

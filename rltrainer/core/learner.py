@@ -148,13 +148,16 @@ class Learner:
         naming the non-finite ``terms()``, or with ``on_nonfinite="skip_batch"`` warn and return
         False: the caller skips this gradient step. With several learners they decide together
         (a learner skipping DDP's backward would leave the others waiting in its all-reduce)."""
-        finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
-        if self.world_size > 1:
+        if self.world_size == 1:  # one host read of the loss, no other op
+            if math.isfinite(loss.item()):
+                return True
+        else:
             import torch.distributed as dist
 
+            finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        if bool(finite.item()):
-            return True
+            if bool(finite.item()):
+                return True
         values = terms()
         bad = [name for name, value in values.items() if not math.isfinite(value)]
         shown = ", ".join(f"{name}={value:.4g}" for name, value in values.items())

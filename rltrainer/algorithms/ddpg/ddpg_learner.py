@@ -130,7 +130,7 @@ class DDPGLearner(ActorCriticLearner):
         self.last_target_update = timestep
 
     def _stats(self, critic_loss: torch.Tensor, q1: torch.Tensor) -> dict[str, float]:
-        stats = [critic_loss, self._last_actor_loss, q1.mean(), q1.max(), q1.min()]
+        stats = [critic_loss, self._last_actor_loss, q1.mean(), *reversed(torch.aminmax(q1))]
         return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
 
     @torch.no_grad()
