@@ -59,6 +59,9 @@ class ActorCriticLearner(Learner):
     """Trains ``module`` (with an actor ``module.pi``) part by part: ``optimizer_parts()`` maps a
     part's name to ``(its parameters as a module, its learning rate)``; the parts must not overlap."""
 
+    #: One fused kernel per Adam step (``Adam(fused=True)``).
+    FUSED_ADAM = False
+
     def optimizer_parts(self) -> dict[str, tuple[nn.Module, float]]:
         raise NotImplementedError
 
@@ -71,7 +74,8 @@ class ActorCriticLearner(Learner):
         parts = self.optimizer_parts()
         self.params = {name: FlatParameters(part) for name, (part, _) in parts.items()}
         self.optimizers = {
-            name: Adam(self.params[name], lr=lr, eps=ADAM_EPS) for name, (_, lr) in parts.items()
+            name: Adam(self.params[name], lr=lr, eps=ADAM_EPS, fused=self.FUSED_ADAM)
+            for name, (_, lr) in parts.items()
         }
         self._stepping = next(iter(parts))
         self.set_td_errors(torch.zeros(0, device=self.device))  # the replay buffer's new priorities

@@ -152,13 +152,12 @@ class FastMLP:
                 x = self.act(x)
         return x
 
-    # --- hand-written gradients (docs/design/learning.md) --------------------------------
+    # --- hand-written gradients (docs/design/learning.md), called under torch.no_grad() ---
     @property
     def has_backward(self) -> bool:
         """Whether ``backward`` knows this MLP's activation's derivative."""
         return self.activation in _DERIVATIVES
 
-    @torch.no_grad()
     def forward_saved(self, x: torch.Tensor) -> list[torch.Tensor]:
         """``[x, layer 1's output, ..., the MLP's output]``: what ``backward`` needs (no autograd)."""
         saved = [x]
@@ -169,7 +168,6 @@ class FastMLP:
             saved.append(x)
         return saved
 
-    @torch.no_grad()
     def backward(
         self,
         saved: list[torch.Tensor],
@@ -236,7 +234,6 @@ class TwinMLP:
             offsets.add(b.storage_offset() - a.storage_offset())
         return offsets.pop() if len(offsets) == 1 and 0 not in offsets else None
 
-    @torch.no_grad()
     def forward_saved(self, x: torch.Tensor) -> list[torch.Tensor]:
         """``FastMLP.forward_saved`` of both on ``x`` (``[B, in]``): ``[2, B, ...]`` outputs."""
         x = x.expand(2, *x.shape)
@@ -251,7 +248,6 @@ class TwinMLP:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_saved(x)[-1]
 
-    @torch.no_grad()
     def backward(self, saved: list[torch.Tensor], grad: torch.Tensor) -> None:
         """``FastMLP.backward`` of both (``grad``: ``[2, B, out]``), the parameters' gradients only."""
         if self.grads is None:
@@ -267,12 +263,13 @@ class TwinMLP:
                 grad = grad.bmm(self.weights[i])
 
 
+_threshold_backward = torch.ops.aten.threshold_backward.default  # ReLU's derivative, one kernel
 #: Activations applied in place to a layer's fresh output (``FastMLP.forward_saved``).
 _IN_PLACE = {"relu": torch.relu_, "tanh": torch.tanh_, "linear": lambda x: x}
 #: d loss / d input of an activation from d loss / d output and the activation's output.
 _DERIVATIVES = {
-    "relu": lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0.0),
-    "tanh": lambda grad, out: torch.ops.aten.tanh_backward(grad, out),
+    "relu": lambda grad, out: _threshold_backward(grad, out, 0.0),
+    "tanh": torch.ops.aten.tanh_backward.default,
     "linear": lambda grad, _out: grad,
 }
 

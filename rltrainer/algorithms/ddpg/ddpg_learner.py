@@ -55,6 +55,7 @@ class DDPGLearner(ActorCriticLearner):
     Polyak update of the target actor and critics."""
 
     STAT_KEYS = DDPGConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
+    FUSED_ADAM = True  # a step per env step: one kernel instead of seven ops per part
 
     def __init__(self, module: DDPGModule, dist_class: type, config: Any, device: str = "cpu") -> None:
         super().__init__(module, dist_class, config, device)
@@ -192,7 +193,7 @@ class DDPGLearner(ActorCriticLearner):
             def actor_gradients() -> None:
                 grad = torch.full_like(q1_saved[-1], -1.0 / batch_size)
                 grad = m.q1._run.backward(q1_saved, grad, param_grads=False, input_grad=True)
-                grad = torch.ops.aten.tanh_backward(grad[:, obs.shape[1] :], pi_actions)
+                grad = torch.ops.aten.tanh_backward.default(grad[:, obs.shape[1] :], pi_actions)
                 m.pi._run.backward(pi_saved, grad)
 
             self.step("actor", actor_loss, gradients=actor_gradients)
