@@ -103,6 +103,62 @@ def test_actor_and_targets_update_every_policy_delay_critic_steps(tmp_path):
         algo.stop()
 
 
+@pytest.mark.parametrize(
+    ("algo", "training"),
+    [
+        ("TD3", {}),
+        ("DDPG", {}),  # one critic, l2_reg, an actor step per critic step
+        (
+            "TD3",
+            {
+                "use_huber": True,
+                "huber_threshold": 0.01,
+                "l2_reg": 1e-3,
+                "grad_clip": 0.5,
+                "actor_hidden_activation": "tanh",
+                "critic_hiddens": [16, 8],
+            },
+        ),
+    ],
+)
+def test_hand_written_gradients_match_autograd(tmp_path, algo, training):
+    """The plain-MLP update without autograd takes the same steps as the autograd one."""
+    algo_ = tiny(tmp_path, algo, **training).build()
+    try:
+        learner = algo_.learner_group.local_learner
+        assert learner._by_hand and (learner._twins is not None) == (algo == "TD3")
+        algo_.train()
+        batch = algo_.replay_buffer.sample(16)
+        tensors = [
+            *(p.data for p in learner.params.values()),
+            *(t for opt in learner.optimizers.values() for t in (opt.exp_avg, opt.exp_avg_sq)),
+            learner.actor_target.data,
+            learner.critic_target.data,
+        ]
+        start = [t.clone() for t in tensors]
+        counters = (learner.num_critic_updates, *(opt.step_count for opt in learner.optimizers.values()))
+        results = []
+        for by_hand in (True, False):
+            for t, value in zip(tensors, start, strict=True):
+                t.copy_(value)
+            learner.num_critic_updates = counters[0]
+            for opt, count in zip(learner.optimizers.values(), counters[1:], strict=True):
+                opt.step_count = count
+            learner._by_hand = by_hand
+            torch.manual_seed(0)  # the same target smoothing noise
+            stats = [learner.update(batch, timestep=algo_.counters.timesteps_total) for _ in range(2)]
+            results.append(([t.clone() for t in tensors], stats, learner.last_td_errors))
+        (by_hand, by_hand_stats, by_hand_td), (autograd, autograd_stats, autograd_td) = results
+        for a, b in zip(by_hand, autograd, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        for a, b in zip(by_hand_stats, autograd_stats, strict=True):
+            np.testing.assert_allclose(list(a.values()), list(b.values()), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(by_hand_td, autograd_td, rtol=1e-5, atol=1e-6)
+        assert not all(torch.equal(a, b) for a, b in zip(start, by_hand, strict=True))  # it did train
+    finally:
+        algo_.stop()
+
+
 @pytest.mark.parametrize("algo", ["DDPG", "TD3"])
 def test_checkpoint_round_trip(tmp_path, algo):
     trained = tiny(tmp_path, algo).build()

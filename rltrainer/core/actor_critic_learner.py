@@ -59,6 +59,9 @@ class ActorCriticLearner(Learner):
     """Trains ``module`` (with an actor ``module.pi``) part by part: ``optimizer_parts()`` maps a
     part's name to ``(its parameters as a module, its learning rate)``; the parts must not overlap."""
 
+    #: One fused kernel per Adam step (``Adam(fused=True)``).
+    FUSED_ADAM = False
+
     def optimizer_parts(self) -> dict[str, tuple[nn.Module, float]]:
         raise NotImplementedError
 
@@ -71,24 +74,36 @@ class ActorCriticLearner(Learner):
         parts = self.optimizer_parts()
         self.params = {name: FlatParameters(part) for name, (part, _) in parts.items()}
         self.optimizers = {
-            name: Adam(self.params[name], lr=lr, eps=ADAM_EPS) for name, (_, lr) in parts.items()
+            name: Adam(self.params[name], lr=lr, eps=ADAM_EPS, fused=self.FUSED_ADAM)
+            for name, (_, lr) in parts.items()
         }
         self._stepping = next(iter(parts))
-        self.last_td_errors = np.zeros(0, dtype=np.float32)  # the replay buffer's new priorities
+        self.set_td_errors(torch.zeros(0, device=self.device))  # the replay buffer's new priorities
 
     def build_batch(self, batch: Any) -> Any:
         return batch  # a replayed batch, as the buffer gives it
 
-    def step(self, name: str, loss: torch.Tensor, inputs: list[torch.Tensor] | None = None) -> bool:
+    def step(
+        self,
+        name: str,
+        loss: torch.Tensor,
+        inputs: list[torch.Tensor] | None = None,
+        gradients: Callable[[], None] | None = None,
+    ) -> bool:
         """One gradient step of part ``name`` on ``loss``; False when a non-finite loss was
         skipped (``on_nonfinite="skip_batch"``). ``inputs``: accumulate gradients only into
-        these (the actor's loss backpropagates through a critic without touching its weights)."""
+        these (the actor's loss backpropagates through a critic without touching its weights).
+        ``gradients``: writes the part's whole gradient itself (hand-written, see
+        ``FastMLP.backward``) instead of autograd's ``loss.backward()``."""
         self._stepping = name
         if not self.loss_is_finite(loss, lambda: {f"{name}_loss": float(loss)}):
             return False
         params = self.params[name]
-        params.zero_grad()
-        loss.backward(inputs=inputs)
+        if gradients is not None:
+            gradients()
+        else:
+            params.zero_grad()
+            loss.backward(inputs=inputs)
         if self.config.grad_clip is not None:
             params.clip_grad(self.config.grad_clip, self.config.grad_clip_by)
         self.optimizers[name].step()
@@ -98,11 +113,18 @@ class ActorCriticLearner(Learner):
         return self.optimizers[self._stepping].lr
 
     def set_td_errors(self, td_errors: torch.Tensor) -> None:
-        """Keep the batch's TD errors for the replay buffer's priorities (0 where not finite,
-        so a skipped step leaves no NaN priorities)."""
-        self.last_td_errors = (
-            torch.nan_to_num(td_errors.detach(), nan=0.0, posinf=0.0, neginf=0.0).cpu().numpy()
-        )
+        """Keep the batch's TD errors for the replay buffer's priorities; ``last_td_errors``
+        converts them when read (uniform replay never reads them)."""
+        self._td_errors, self._td_errors_numpy = td_errors.detach(), None
+
+    @property
+    def last_td_errors(self) -> np.ndarray:
+        """The last batch's TD errors as numpy (0 where not finite, so a skipped step leaves no
+        NaN priorities)."""
+        if self._td_errors_numpy is None:
+            errors = torch.nan_to_num(self._td_errors, nan=0.0, posinf=0.0, neginf=0.0)
+            self._td_errors_numpy = errors.cpu().numpy()
+        return self._td_errors_numpy
 
     def get_policy_weights(self) -> dict[str, torch.Tensor]:
         """Only what env runners act with: the actor."""

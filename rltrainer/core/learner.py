@@ -148,7 +148,7 @@ class Learner:
         naming the non-finite ``terms()``, or with ``on_nonfinite="skip_batch"`` warn and return
         False: the caller skips this gradient step. With several learners they decide together
         (a learner skipping DDP's backward would leave the others waiting in its all-reduce)."""
-        if self.world_size == 1:
+        if self.world_size == 1:  # one host read of the loss, no other op
             if math.isfinite(loss.item()):
                 return True
         else:

@@ -145,6 +145,7 @@ class FastMLP:
         ends_with_activation = not isinstance(layers[-1], nn.Linear)
         self.activate = [True] * (len(linears) - 1) + [ends_with_activation]
         self.act = ACTIVATION_FNS[activation]
+        self.activation = activation
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         for (weight, bias), activate in zip(self.params, self.activate, strict=True):
@@ -152,6 +153,127 @@ class FastMLP:
             if activate:
                 x = self.act(x)
         return x
+
+    # --- hand-written gradients (docs/design/learning.md), called under torch.no_grad() ---
+    @property
+    def has_backward(self) -> bool:
+        """Whether ``backward`` knows this MLP's activation's derivative."""
+        return self.activation in _DERIVATIVES
+
+    def forward_saved(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """``[x, layer 1's output, ..., the MLP's output]``: what ``backward`` needs (no autograd)."""
+        saved = [x]
+        for (weight, bias), activate in zip(self.params, self.activate, strict=True):
+            x = torch.addmm(bias, x, weight.t())
+            if activate:
+                x = _IN_PLACE[self.activation](x)
+            saved.append(x)
+        return saved
+
+    def backward(
+        self,
+        saved: list[torch.Tensor],
+        grad: torch.Tensor,
+        param_grads: bool = True,
+        input_grad: bool = False,
+    ) -> torch.Tensor | None:
+        """Backpropagate ``grad`` (d loss / d output, ``[B, out]``) through the layers of the
+        ``forward_saved`` call that returned ``saved``. ``param_grads``: write each weight's and
+        bias's gradient into its ``.grad`` (overwritten, not accumulated: the gradients must be
+        tensors of their own, e.g. ``FlatParameters``' views); returns d loss / d input when
+        ``input_grad``."""
+        derivative = _DERIVATIVES[self.activation]
+        last = len(self.params) - 1
+        for i in range(last, -1, -1):
+            weight, bias = self.params[i]
+            if self.activate[i]:
+                grad = derivative(grad, saved[i + 1])
+            if param_grads:
+                torch.mm(grad.t(), saved[i], out=weight.grad)
+                torch.sum(grad, 0, out=bias.grad)
+            if i == 0 and not input_grad:
+                return None
+            grad = grad.mm(weight)
+        return grad
+
+
+class TwinMLP:
+    """Two ``FastMLP`` of one shape whose parameters (and gradients) lie in one buffer at a fixed
+    distance, as TD3's twin critics do in ``FlatParameters`` and ``TargetCopy``, run as one on
+    the same input: each layer is one batched product over ``[2, ...]`` strided views of both
+    networks' weights (no copies), so the twins cost one network's calls."""
+
+    def __init__(self, first: FastMLP, second: FastMLP) -> None:
+        distance = self.distance(
+            [t for pair in first.params for t in pair], [t for pair in second.params for t in pair]
+        )
+        if distance is None:
+            raise ValueError("the two MLPs' parameters are not one buffer at a fixed distance")
+        self.first, self.activation = first, first.activation
+        self.activate = first.activate
+
+        def stacked(t: torch.Tensor) -> torch.Tensor:
+            return t.detach().as_strided((2, *t.shape), (distance, *t.stride()))
+
+        self.weights = [stacked(w) for w, _ in first.params]  # [2, out, in]
+        self.biases = [stacked(b).unsqueeze(1) for _, b in first.params]  # [2, 1, out]
+        self.grads: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        grads = [p.grad for pair in first.params for p in pair]
+        if all(g is not None for g in grads):
+            if self.distance(grads, [p.grad for pair in second.params for p in pair]) != distance:
+                raise ValueError("the two MLPs' gradients are not one buffer at their parameters' distance")
+            self.grads = [(stacked(w.grad), stacked(b.grad)) for w, b in first.params]
+
+    @staticmethod
+    def distance(first: list[torch.Tensor], second: list[torch.Tensor]) -> int | None:
+        """The one storage offset from each tensor of ``first`` to its match in ``second`` (one
+        storage, contiguous, same shapes), else None."""
+        offsets = set()
+        for a, b in zip(first, second, strict=True):
+            same_storage = a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+            if not (same_storage and a.shape == b.shape and a.is_contiguous() and b.is_contiguous()):
+                return None
+            offsets.add(b.storage_offset() - a.storage_offset())
+        return offsets.pop() if len(offsets) == 1 and 0 not in offsets else None
+
+    def forward_saved(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """``FastMLP.forward_saved`` of both on ``x`` (``[B, in]``): ``[2, B, ...]`` outputs."""
+        x = x.expand(2, *x.shape)
+        saved = [x]
+        for weight, bias, activate in zip(self.weights, self.biases, self.activate, strict=True):
+            x = torch.baddbmm(bias, x, weight.transpose(1, 2))
+            if activate:
+                x = _IN_PLACE[self.activation](x)
+            saved.append(x)
+        return saved
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_saved(x)[-1]
+
+    def backward(self, saved: list[torch.Tensor], grad: torch.Tensor) -> None:
+        """``FastMLP.backward`` of both (``grad``: ``[2, B, out]``), the parameters' gradients only."""
+        if self.grads is None:
+            raise ValueError("these MLPs have no gradient buffers")
+        derivative = _DERIVATIVES[self.activation]
+        for i in range(len(self.weights) - 1, -1, -1):
+            if self.activate[i]:
+                grad = derivative(grad, saved[i + 1])
+            weight_grad, bias_grad = self.grads[i]
+            torch.bmm(grad.transpose(1, 2), saved[i], out=weight_grad)
+            torch.sum(grad, 1, out=bias_grad)
+            if i > 0:
+                grad = grad.bmm(self.weights[i])
+
+
+_threshold_backward = torch.ops.aten.threshold_backward.default  # ReLU's derivative, one kernel
+#: Activations applied in place to a layer's fresh output (``FastMLP.forward_saved``).
+_IN_PLACE = {"relu": torch.relu_, "tanh": torch.tanh_, "linear": lambda x: x}
+#: d loss / d input of an activation from d loss / d output and the activation's output.
+_DERIVATIVES = {
+    "relu": lambda grad, out: _threshold_backward(grad, out, 0.0),
+    "tanh": torch.ops.aten.tanh_backward.default,
+    "linear": lambda grad, _out: grad,
+}
 
 
 def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:

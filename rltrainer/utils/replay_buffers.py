@@ -63,12 +63,21 @@ def transitions_from_rollout(rollout: RolloutLike, n_step: int, gamma: float) ->
     is carried between fragments and no transition is dropped. Invalid (reset) steps neither
     become transitions nor enter a window.
     """
+    all_obs = np.concatenate([rollout.obs, rollout.last_obs[None]], axis=0)  # all_obs[t + 1]: after step t
+    t_idx, env_idx = np.nonzero(np.asarray(rollout.valid, dtype=bool))
+    if n_step == 1:  # each window is its own step: the same transitions without the window walk
+        return Transitions(
+            obs=rollout.obs[t_idx, env_idx],
+            actions=rollout.actions[t_idx, env_idx],
+            rewards=rollout.rewards[t_idx, env_idx].astype(np.float32),
+            next_obs=all_obs[t_idx + 1, env_idx],
+            terminateds=rollout.terminateds[t_idx, env_idx].astype(np.float32),
+            discounts=np.full(len(t_idx), gamma, dtype=np.float32),
+        )
     returns, steps = compute_n_step_returns(
         rollout.rewards, rollout.terminateds, rollout.truncateds, rollout.valid, n_step, gamma
     )
-    t_idx, env_idx = np.nonzero(np.asarray(rollout.valid, dtype=bool))
     k = steps[t_idx, env_idx]
-    all_obs = np.concatenate([rollout.obs, rollout.last_obs[None]], axis=0)  # all_obs[t + 1]: after step t
     terminateds = np.asarray(rollout.terminateds, dtype=bool)[t_idx + k - 1, env_idx]
     return Transitions(
         obs=rollout.obs[t_idx, env_idx],

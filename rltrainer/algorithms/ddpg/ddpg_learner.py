@@ -16,7 +16,7 @@ from torch import nn
 
 from rltrainer.algorithms.ddpg.ddpg_config import DDPGConfig
 from rltrainer.core.actor_critic_learner import ActorCriticLearner, ActorCriticModule, freeze_as_target, min_q
-from rltrainer.core.models import ContinuousQ, PolicyMLP, TargetCopy
+from rltrainer.core.models import ContinuousQ, PolicyMLP, TargetCopy, TwinMLP
 from rltrainer.utils.replay_buffers import ReplayBatch
 
 
@@ -55,6 +55,7 @@ class DDPGLearner(ActorCriticLearner):
     Polyak update of the target actor and critics."""
 
     STAT_KEYS = DDPGConfig.STAT_KEYS  # declared with the config: stop criteria are checked without torch
+    FUSED_ADAM = True  # a step per env step: one kernel instead of seven ops per part
 
     def __init__(self, module: DDPGModule, dist_class: type, config: Any, device: str = "cpu") -> None:
         super().__init__(module, dist_class, config, device)
@@ -66,12 +67,30 @@ class DDPGLearner(ActorCriticLearner):
         self.last_target_update = 0
         # the last actor step's loss, reported between actor steps
         self._last_actor_loss = torch.tensor(float("nan"), device=self.device)
+        # Plain MLPs whose activation's derivative is known: the update writes the gradients by
+        # hand instead of through autograd (docs/design/learning.md), unless compiled.
+        nets = (module.pi, *module.critics())
+        self._by_hand = not config.torch_compile_learner and all(
+            net.encoder is None and net._run.has_backward for net in nets
+        )
+        # Twin critics (and their targets) as one network each: batched products over both.
+        self._twins: tuple[TwinMLP, TwinMLP] | None = None
+        if self._by_hand and module.q2 is not None:
+            try:
+                self._twins = (
+                    TwinMLP(module.q1._run, module.q2._run),
+                    TwinMLP(module.q1_target._run, module.q2_target._run),
+                )
+            except ValueError:  # not laid out as twins in their buffers: one after the other
+                self._twins = None
 
     def optimizer_parts(self) -> dict[str, tuple[nn.Module, float]]:
         m, cfg = self.module, self.config
         return {"actor": (m.pi, cfg.actor_lr), "critic": (nn.ModuleList(m.critics()), cfg.critic_lr)}
 
     def update_from_batch(self, batch: ReplayBatch, timestep: int) -> dict[str, float]:
+        if self._by_hand:
+            return self._update_by_hand(batch, timestep)
         cfg, m, b = self.config, self.module, batch
         obs, next_obs = self.to_tensor(b.obs), self.to_tensor(b.next_obs)
         rewards, weights = self.to_tensor(b.rewards), self.to_tensor(b.weights)
@@ -100,14 +119,90 @@ class DDPGLearner(ActorCriticLearner):
             self.step("actor", actor_loss, inputs=self.params["actor"].params)
             self._last_actor_loss = actor_loss.detach()
             if timestep - self.last_target_update >= cfg.target_network_update_freq:
-                self.actor_target.update(self.params["actor"].data, cfg.tau)
-                self.critic_target.update(self.params["critic"].data, cfg.tau)
-                self.last_target_update = timestep
+                self.update_targets(timestep)
 
         self.set_td_errors(q_values[0] - q_target)
-        q1 = q_values[0].detach()
-        stats = [critic_loss.detach(), self._last_actor_loss, q1.mean(), q1.max(), q1.min()]
+        return self._stats(critic_loss.detach(), q_values[0].detach())
+
+    def update_targets(self, timestep: int) -> None:
+        """Polyak-average the target actor and critics towards the online ones."""
+        self.actor_target.update(self.params["actor"].data, self.config.tau)
+        self.critic_target.update(self.params["critic"].data, self.config.tau)
+        self.last_target_update = timestep
+
+    def _stats(self, critic_loss: torch.Tensor, q1: torch.Tensor) -> dict[str, float]:
+        stats = [critic_loss, self._last_actor_loss, q1.mean(), *reversed(torch.aminmax(q1))]
         return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
+
+    @torch.no_grad()
+    def _update_by_hand(self, b: ReplayBatch, timestep: int) -> dict[str, float]:
+        """``update_from_batch``'s losses and steps with hand-written gradients (plain MLPs:
+        ``FastMLP.forward_saved`` and ``FastMLP.backward``), no autograd graph."""
+        cfg, m = self.config, self.module
+        obs, next_obs = self.to_tensor(b.obs), self.to_tensor(b.next_obs)
+        rewards, weights = self.to_tensor(b.rewards), self.to_tensor(b.weights)
+        bootstrap = self.to_tensor(b.discounts * (1.0 - b.terminateds))
+        actions = self.to_tensor(b.actions)
+        batch_size = obs.shape[0]
+
+        # --- critics: regress on r + gamma^k min_j Q'_j(s', pi'(s') [+ clipped noise])
+        next_actions = torch.tanh_(m.pi_target._run(next_obs))
+        if cfg.smooth_target_policy:
+            noise = torch.randn_like(next_actions).mul_(cfg.target_noise)
+            noise.clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
+            next_actions = next_actions.add_(noise).clamp_(-1.0, 1.0)
+        next_inputs = torch.cat([next_obs, next_actions], dim=-1)
+        inputs = torch.cat([obs, actions], dim=-1)
+        if self._twins is not None:  # [2, B, 1]: both critics at once
+            twin, twin_target = self._twins
+            next_q = twin_target(next_inputs).amin(0)
+            saved = twin.forward_saved(inputs)
+            q_values = saved[-1].squeeze(-1)
+        else:
+            next_q = [q._run(next_inputs) for q in m.target_critics()]
+            next_q = next_q[0] if len(next_q) == 1 else torch.minimum(next_q[0], next_q[1])
+            saved = [q._run.forward_saved(inputs) for q in m.critics()]
+            q_values = torch.stack([s[-1].squeeze(-1) for s in saved])
+        q_target = torch.addcmul(rewards, bootstrap, next_q.squeeze(-1))
+        errors = q_values - q_target  # [critics, B]
+        critic_loss = (weights * self._td_loss(errors)).mean(-1).sum()
+        if cfg.l2_reg > 0:
+            critic_loss = critic_loss + cfg.l2_reg * sum(w.pow(2).sum() for w in self._critic_weights)
+
+        def critic_gradients() -> None:
+            td_grad = errors if not cfg.use_huber else errors.clamp(-cfg.huber_threshold, cfg.huber_threshold)
+            grads = (weights * td_grad).div_(batch_size).unsqueeze_(-1)  # d loss / d Q: [critics, B, 1]
+            if self._twins is not None:
+                self._twins[0].backward(saved, grads)
+            else:
+                for q, s, grad in zip(m.critics(), saved, grads, strict=True):
+                    q._run.backward(s, grad)
+            for w in self._critic_weights if cfg.l2_reg > 0 else ():
+                w.grad.add_(w, alpha=2.0 * cfg.l2_reg)
+
+        self.step("critic", critic_loss, gradients=critic_gradients)
+        self.num_critic_updates += 1
+
+        # --- actor (every policy_delay critic steps): maximize Q1(s, pi(s)); then the targets
+        if self.num_critic_updates % cfg.policy_delay == 0:
+            pi_saved = m.pi._run.forward_saved(obs)
+            pi_actions = torch.tanh(pi_saved[-1])
+            q1_saved = m.q1._run.forward_saved(torch.cat([obs, pi_actions], dim=-1))
+            actor_loss = q1_saved[-1].mean().neg_()
+
+            def actor_gradients() -> None:
+                grad = torch.full_like(q1_saved[-1], -1.0 / batch_size)
+                grad = m.q1._run.backward(q1_saved, grad, param_grads=False, input_grad=True)
+                grad = torch.ops.aten.tanh_backward.default(grad[:, obs.shape[1] :], pi_actions)
+                m.pi._run.backward(pi_saved, grad)
+
+            self.step("actor", actor_loss, gradients=actor_gradients)
+            self._last_actor_loss = actor_loss
+            if timestep - self.last_target_update >= cfg.target_network_update_freq:
+                self.update_targets(timestep)
+
+        self.set_td_errors(errors[0])
+        return self._stats(critic_loss, q_values[0])
 
     def _td_loss(self, error: torch.Tensor) -> torch.Tensor:
         if not self.config.use_huber:
