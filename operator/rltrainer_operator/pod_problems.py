@@ -107,11 +107,12 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-#: Ray's memory monitor's words when it kills a worker (``ray.exceptions.OutOfMemoryError``):
-#: "Memory on the node (IP: 10.244.0.64, ID: ...) where the task (...) was running was
-#: 0.33GB / 0.34GB (0.97), which exceeds the memory usage threshold of 0.95".
+#: Ray's memory monitor's words when it kills a worker (``ray.exceptions.OutOfMemoryError``),
+#: Ray 2.60's "Memory on the node (IP: 10.244.0.64, ID: ...) was 0.32GB used / 0.33GB limit"
+#: and older Rays' "... where the task (...) was running was 0.33GB / 0.34GB".
 _RAY_OOM = re.compile(
-    r"Memory on the node \(IP: ([0-9A-Fa-f.:]+)[^)]*\).*? was running was ([0-9.]+GB / [0-9.]+GB)", re.S
+    r"Memory on the node \(IP: ([0-9A-Fa-f.:]+)[^)]*\).*? was ([0-9.]+GB(?: used)? / [0-9.]+GB(?: limit)?)",
+    re.S,
 )
 
 

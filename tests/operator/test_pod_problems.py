@@ -113,3 +113,11 @@ def test_a_job_ray_killed_for_memory_names_the_pod_its_group_and_limit() -> None
     assert "group learners" in problem.message and "340Mi" in problem.message
     assert "0.33GB / 0.34GB" in problem.message
     assert ray_oom_problem("ValueError: boom", [head, learner]) is None
+    ray_260 = (
+        "ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low on memory."
+        " Memory on the node (IP: 10.244.0.64, ID: 70fa9b6e) was 0.32GB used / 0.33GB limit (0.959157)\n"
+        "OOM kill reason: Memory usage 341897216B exceeded threshold of 338690048B"
+    )
+    problem = ray_oom_problem(ray_260, [head, learner])
+    assert problem is not None and "group learners" in problem.message
+    assert "0.32GB used / 0.33GB limit" in problem.message
