@@ -94,6 +94,13 @@ class RayJobClient:
             entrypoint=str(body.get("entrypoint") or ""),
         )
 
+    def logs(self, submission_id: str, tail_chars: int = 50_000) -> str:
+        """The end of the job's driver output ("" when the cluster no longer has it)."""
+        code, body = self._call("GET", f"/api/jobs/{submission_id}/logs")
+        if code != 200 or not isinstance(body, dict):
+            return ""
+        return str(body.get("logs") or "")[-tail_chars:]
+
     def submit(self, body: dict[str, Any]) -> JobInfo:
         """Submit a job; submitting an id that already exists returns that job (idempotent)."""
         existing = self.get(body["submission_id"])

@@ -378,6 +378,18 @@ class _Step:
         if problems and self.status.message != problems[0].message:
             self.transition(Phase.PROVISIONING, problems[0].reason, problems[0].message, warning=True)
 
+    def _ray_oom(self, cluster: dict[str, Any], job: JobInfo) -> Any:
+        """Whether Ray killed a process for memory (its words are in the driver's output, of
+        which the job's message keeps only the last lines): the pod where, as a problem."""
+        if "out of memory" not in job.message.lower():
+            return None
+        try:
+            logs = self.r.job_api(cluster).logs(job.submission_id)
+        except (RayUnreachableError, RayJobError):
+            logs = ""
+        pods = self.r.kube.list_cluster_pods(self.namespace, self._cluster_name())
+        return ray_oom_problem(f"{logs}\n{job.message}", pods)
+
     def _crash_looping(self) -> bool:
         """While the job runs, a Ray container that keeps dying (crash loop, killed for memory):
         said in the conditions at once; restarted ``crash_loop_restarts`` times, the experiment
@@ -436,8 +448,7 @@ class _Step:
         if job.status == "SUCCEEDED":
             return self._succeed(cluster)
         if job.finished:
-            pods = self.r.kube.list_cluster_pods(self.namespace, self._cluster_name())
-            oom = ray_oom_problem(job.message, pods)
+            oom = self._ray_oom(cluster, job)
             if oom is not None:
                 return self._restart(oom.reason, f"{oom.message} ({_job_message(job)})", cluster_lost=False)
             return self._restart("JobFailed", _job_message(job), cluster_lost=False)

@@ -129,13 +129,18 @@ def said(status: dict[str, Any], reason: str) -> bool:
     return any(c.get("reason") == reason for c in status.get("conditions") or [])
 
 
-def test_a_learner_no_node_can_hold_and_one_killed_for_memory_are_named(pod_platform):
-    """Learners asking 2 GPUs (a node has at most one) stay Provisioning, Unschedulable naming
-    ``nvidia.com/gpu``; a learner pod too small for the learner (340Mi: Ray itself starts in it,
-    its object store taking ~23% and needing 75 MB, but not torch's learner) has Ray kill the
-    learner for memory, and the experiment restarts with OOMKilled naming the learners group."""
+def test_bad_input_on_real_pods_is_named(pod_platform):
+    """Three experiments at once, each saying what is wrong, none Running forever:
+
+    - learners asking 2 GPUs (a node has at most one) stay Provisioning, Unschedulable naming
+      ``nvidia.com/gpu`` and the group;
+    - a learner pod too small for the learner (340Mi: Ray itself starts in it, its object store
+      taking ~23% and needing 75 MB, but not torch's learner): Ray kills the learner for memory,
+      the experiment restarts with OOMKilled naming the learners group and the limit;
+    - an env id the operator cannot check (it has no env registry) fails inside the trainer image:
+      Failed with the driver's last error line."""
     platform = pod_platform
-    ns = "bad-pods"
+    ns = "bad-input"
     platform.credentials_secret(ns)
     base = journeys.small_experiment(platform.stack, iterations=2)
     base["rollouts"] = {"replicas": 0}
@@ -146,34 +151,21 @@ def test_a_learner_no_node_can_hold_and_one_killed_for_memory_are_named(pod_plat
     platform.adapt = lambda spec: journeys.merged(adapt(spec), {"learners": {"memory": "340Mi"}})
     platform.apply("tiny", ns, base)
     platform.adapt = adapt
-    greedy = platform.wait("the learner Unschedulable", "greedy", ns, lambda s: said(s, "Unschedulable"), 240)
+    typo = {**base, "env": "NoSuchEnv-v0", "faultTolerance": {"backoffLimit": 0}, "learners": {"replicas": 0}}
+    platform.apply("typo", ns, typo)
+
+    failed = wait_for(
+        "the experiment with a typo Failed",
+        lambda: (s := platform.status("typo", ns)).get("phase") == "Failed" and s,
+        300,
+    )
+    assert "unknown env 'NoSuchEnv-v0'" in failed["message"], failed
+    greedy = platform.wait("the learner Unschedulable", "greedy", ns, lambda s: said(s, "Unschedulable"), 120)
     assert greedy["phase"] == "Provisioning"
     assert "group learners" in greedy["message"] and "nvidia.com/gpu" in greedy["message"], greedy
     tiny = platform.wait("the learner OOMKilled", "tiny", ns, lambda s: said(s, "OOMKilled"), 300)
     assert tiny["phase"] == "Restarting"
     assert "group learners" in tiny["message"] and "340Mi" in tiny["message"], tiny
-    for name in ("greedy", "tiny"):
-        platform.stack.plane.kubectl_run("delete", "rlx", "-n", ns, name, "--timeout=120s")
-
-
-def test_an_env_name_only_the_image_can_check_fails_with_its_error_line(pod_platform):
-    """An env id the operator cannot check (it has no env registry) fails inside the trainer image:
-    the experiment turns Failed with the driver's last error line, not Running forever."""
-    platform = pod_platform
-    ns = "bad-env"
-    platform.credentials_secret(ns)
-    spec = journeys.small_experiment(platform.stack, iterations=2)
-    spec.update(env="NoSuchEnv-v0", faultTolerance={"backoffLimit": 0})
-    spec["rollouts"] = {"replicas": 0}
-    spec["learners"] = {"replicas": 0}
-    platform.apply("typo", ns, spec)
-    failed = wait_for(
-        "the experiment Failed",
-        lambda: (s := platform.status("typo", ns)).get("phase") == "Failed" and s,
-        300,
-    )
-    assert "unknown env 'NoSuchEnv-v0'" in failed["message"], failed
-    platform.stack.plane.kubectl_run("delete", "rlx", "-n", ns, "typo", "--timeout=120s")
 
 
 def e2e_only(request) -> None:

@@ -457,3 +457,33 @@ def test_a_worker_pod_crash_looping_while_running_restarts_then_fails(op, kube, 
     assert status["phase"] == "Failed", status
     assert "restarted 3 times" in condition(status, "Failed")["message"]
     assert "OSError: no GCS at 10.0.0.1" in condition(status, "Failed")["message"]
+
+
+def test_a_job_ray_failed_for_memory_restarts_naming_the_pods_group(op, kube, kuberay, ray_api):
+    """The job's message keeps only the driver's last lines; Ray's words naming the node are in
+    its logs: the restart's reason is OOMKilled, naming the learner pod's group and limit."""
+    status = start_running(op, kuberay)
+    core = kubernetes.client.CoreV1Api(kube.api_client)
+    name = f"{CLUSTER}-learners-worker-xyz12"
+    core.create_namespaced_pod(
+        kube.ns,
+        {
+            "metadata": {"name": name, "labels": {"ray.io/cluster": CLUSTER, "ray.io/group": "learners"}},
+            "spec": {
+                "containers": [
+                    {"name": "ray-worker", "image": "trainer:1", "resources": {"limits": {"memory": "340Mi"}}}
+                ]
+            },
+        },
+    )
+    core.patch_namespaced_pod_status(name, kube.ns, {"status": {"podIP": "10.244.0.64"}})
+    logs = (
+        "ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low on memory."
+        " Memory on the node (IP: 10.244.0.64, ID: 70fa) was 0.32GB used / 0.33GB limit (0.959157)\n"
+    )
+    tail = "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/"
+    ray_api.set(status["jobId"], "FAILED", f"Job entrypoint command failed with exit code 1:\n{tail}", logs)
+    status = op.step()
+    restarting = condition(status, "Restarting")
+    assert status["phase"] == "Restarting" and restarting["reason"] == "OOMKilled", status
+    assert "group learners" in restarting["message"] and "340Mi" in restarting["message"]

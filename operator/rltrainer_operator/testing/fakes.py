@@ -73,10 +73,15 @@ class FakeRayJobs:
                     fake.requests += 1
                 if not self._authorized():
                     return
-                job_id = self.path.rstrip("/").rsplit("/", 1)[-1]
+                parts = self.path.rstrip("/").split("/")
+                logs = parts[-1] == "logs"
+                job_id = parts[-2] if logs else parts[-1]
                 with fake.lock:
                     job = fake.jobs.get(job_id)
-                self._answer(200, job) if job else self._answer(404, {"detail": "not found"})
+                if job is None:
+                    self._answer(404, {"detail": "not found"})
+                else:
+                    self._answer(200, {"logs": job.get("logs", "")} if logs else job)
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
@@ -112,9 +117,12 @@ class FakeRayJobs:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def set(self, job_id: str, status: str, message: str = "") -> None:
+    def set(self, job_id: str, status: str, message: str = "", logs: str | None = None) -> None:
+        """A job's new state; ``logs``: its driver output (``/logs``), when given."""
         with self.lock:
             self.jobs[job_id].update(status=status, message=message)
+            if logs is not None:
+                self.jobs[job_id]["logs"] = logs
 
     def forget_all(self) -> None:
         """What a recreated head knows: no jobs."""
