@@ -131,7 +131,7 @@ def ray_oom_problem(job_message: str, pods: list[dict[str, Any]]) -> PodProblem 
             return PodProblem(
                 "OOMKilled",
                 _group(pod),
-                f"{_where(pod)}: Ray killed a process for memory ({usage} used, limit {limit}); "
-                "raise the group's memory",
+                f"{_where(pod)}: Ray killed a process for memory (node memory {usage}, the pod's "
+                f"limit {limit}); raise the group's memory",
             )
-    return PodProblem("OOMKilled", "?", f"Ray killed a process for memory on node {ip} ({usage} used)")
+    return PodProblem("OOMKilled", "?", f"Ray killed a process for memory on node {ip} (node memory {usage})")
