@@ -1,6 +1,6 @@
 """The platform on real Pods against the process stand-in: the same experiment, the same operator.
 
-    python -m bench.platform                      # both, 40 iterations each (as root, after make images)
+    python -m bench.platform                      # both, 100 iterations each (as root, after make images)
     python -m bench.platform --modes pods --iterations 60
 
 For each mode, a ``LocalStack`` (a real control plane and moto's S3; ``pods``: two real nodes with
@@ -11,8 +11,9 @@ rollout workers of half a CPU each (so the pods fit two 2-CPU nodes; the learner
 its selector and toleration, with ``_fake_gpus``). Figures:
 
 - seconds from apply to Running (driver submitted) and to the first iteration in the status;
-- the driver's seconds per iteration: the status's iterations over the wall time between the 5th
-  and the last one (the operator's 1 s polling is the resolution; the same for both modes);
+- the driver's seconds per iteration: the median ``time_this_iter_s`` of its ``result.json`` in S3
+  (sampling on the rollout pods, the update on the learner pod, the weights back: what the pods'
+  network and placement add shows here);
 - the operator's own time per reconcile while Running (kopf's handler, timed in process), which is
   the operator's overhead per tick whatever runs the pods.
 
@@ -73,6 +74,21 @@ def spec(stack: Any, iterations: int, pods: bool, image: str) -> dict[str, Any]:
         )
         body["config"]["_fake_gpus"] = True
     return body
+
+
+def iteration_seconds(endpoint: str) -> list[float]:
+    """Every iteration's ``time_this_iter_s`` from the experiment's ``result.json`` in S3."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    keys = [
+        item["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="runs/bench/ppo/")
+        for item in page.get("Contents", [])
+        if item["Key"].endswith("/result.json")
+    ]
+    rows = s3.get_object(Bucket=BUCKET, Key=keys[0])["Body"].read().decode().splitlines()
+    return [json.loads(row)["time_this_iter_s"] for row in rows if row.strip()][1:]  # not the first
 
 
 def run(mode: str, iterations: int) -> dict[str, Any]:
@@ -144,8 +160,7 @@ def run(mode: str, iterations: int) -> dict[str, Any]:
         if status.get("phase") != "Succeeded":
             raise SystemExit(f"{mode}: the experiment ended {status.get('phase')}: {status.get('message')}")
         first = min(seen)
-        later = [i for i in seen if i >= 5]
-        per_iteration = (seen[max(later)] - seen[min(later)]) / (max(later) - min(later))
+        per_iteration = median(iteration_seconds(stack.s3_endpoint))
         plane.kubectl_run("delete", "rlx", "-n", "bench", "ppo", "--timeout=120s")
         return {
             "mode": mode,
@@ -163,7 +178,7 @@ def run(mode: str, iterations: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="processes,pods")
-    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--iterations", type=int, default=100)
     args = parser.parse_args()
     rows = [run(mode, args.iterations) for mode in args.modes.split(",")]
     for row in rows:
