@@ -68,3 +68,28 @@ def test_rollout_episode_stats_are_the_envs_true_returns(tmp_path):
     # Every valid step belongs to exactly one episode: a completed one or one still running.
     assert sum(e.episode_len for e in episodes) + runner._ep_len.sum() == valid_steps
     runner.stop()
+
+
+def test_sampling_runs_with_the_runners_torch_threads_and_puts_the_drivers_back(tmp_path):
+    import torch
+
+    seen = []
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=4)
+        .resources(num_cpus_per_env_runner=1)
+        .reporting(storage_path=str(tmp_path))
+        .debugging(seed=0)
+    )
+    runner = EnvRunner(config)
+    step = runner._step
+    runner._step = lambda *args: seen.append(torch.get_num_threads()) or step(*args)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runner.sample()
+        assert set(seen) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+        runner.stop()

@@ -115,6 +115,40 @@ def test_default_conv_filters_fit_their_frame_sizes(size):
         assert encoder.out_size == 256  # RLlib's: the last layer leaves a 1x1x256 map
 
 
+@pytest.mark.parametrize(
+    ("shape", "filters"),
+    [((84, 84, 4), None), ((10, 10, 3), None), ((7, 7, 2), [[4, [2, 2], 1], [6, 7, 1]])],
+    ids=["rllib-84x84", "rllib-10x10", "after-a-pad-layer"],
+)
+def test_a_last_layer_over_the_whole_frame_is_a_matmul_with_the_convolutions_results(shape, filters):
+    # WholeFrameConv2d: the same parameters, outputs and gradients as nn.Conv2d's own forward.
+    from rltrainer.core.encoders import WholeFrameConv2d
+
+    torch.manual_seed(0)
+    encoder = ConvEncoder(spaces.Box(0, 255, shape, np.uint8), filters, "relu", [], "relu")
+    assert isinstance(encoder.convs[-2], WholeFrameConv2d)
+    rows = torch.randint(0, 256, (5, int(np.prod(shape))), dtype=torch.uint8)
+    features = encoder(rows)
+    features.square().sum().backward()
+    grads = [p.grad.clone() for p in encoder.parameters()]
+    encoder.zero_grad()
+    x = rows.reshape(-1, *shape).permute(0, 3, 1, 2).float() / 255
+    for layer in encoder.convs:
+        x = nn.Conv2d.forward(layer, x) if isinstance(layer, nn.Conv2d) else layer(x)
+    x.flatten(1).square().sum().backward()
+    torch.testing.assert_close(features, x.flatten(1), rtol=1e-5, atol=1e-5)
+    for grad, param in zip(grads, encoder.parameters(), strict=True):
+        torch.testing.assert_close(grad, param.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_float_rows_of_a_uint8_space_are_not_scaled_in_place():
+    encoder = ConvEncoder(spaces.Box(0, 255, (10, 10, 3), np.uint8), None, "relu", [], "relu")
+    rows = torch.full((2, 300), 255.0)
+    with torch.no_grad():
+        assert torch.equal(encoder(rows), encoder(rows.to(torch.uint8)))
+    assert (rows == 255.0).all()
+
+
 def test_post_fcnet_hiddens_and_shared_layers():
     algo = frames_ppo(
         vf_share_layers=True, post_fcnet_hiddens=[64], conv_filters=[[8, 3, 2], [16, 3, 2]]

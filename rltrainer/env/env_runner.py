@@ -13,8 +13,8 @@ observation, which is what a truncated episode bootstraps from.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,6 +46,24 @@ from rltrainer.utils.sample_batch import SampleBatch, written_columns
 logger = logging.getLogger(__name__)
 
 _CRASHED_MASK = "_" + RestartOnCrash.CRASHED  # SyncVectorEnv's info mask of recreated envs
+
+
+@contextmanager
+def sampling_threads(config: Any) -> Iterator[None]:
+    """Torch's threads set to ``num_cpus_per_env_runner`` (at least 1) while sampling, and put
+    back after (docs/design/sampling.md: inference on one observation per env gains nothing
+    from a second thread and loses much when the cores are busy)."""
+    import torch
+
+    threads, wanted = torch.get_num_threads(), max(1, int(config.num_cpus_per_env_runner))
+    if threads == wanted:
+        yield
+        return
+    torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _stack_steps(steps: list[np.ndarray]) -> np.ndarray:
@@ -143,7 +161,8 @@ class EnvRunner(RunnerEnvs, EnvRunnerCore):
         failures = 0
         while True:
             try:
-                rollout = self._rollout(steps, explore, complete_episodes=complete)
+                with sampling_threads(self.config):
+                    rollout = self._rollout(steps, explore, complete_episodes=complete)
             except EnvStepError as err:
                 failures += 1
                 tolerance = self.config.num_consecutive_env_runner_failures_tolerance

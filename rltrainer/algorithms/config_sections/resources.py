@@ -33,7 +33,8 @@ class ResourcesSettings(ConfigSection):
     num_cpus_for_main_process: int = Field(1, ge=1)
     """CPUs of the driver process; also its torch threads (one is fastest for small networks)."""
     num_cpus_per_env_runner: float = Field(1, ge=0)
-    """CPUs reserved for each remote env runner."""
+    """CPUs reserved for each remote env runner; also every env runner's torch threads while it
+    samples (at least 1), the driver's own included (docs/design/sampling.md)."""
     num_gpus_per_env_runner: float = Field(0, ge=0)
     """GPUs reserved for each remote env runner."""
     custom_resources_per_env_runner: dict[str, float] = Field(default_factory=dict)
