@@ -319,6 +319,7 @@ def test_operator_settings_come_from_the_chart() -> None:
     for field in (
         "poll_interval_s",
         "provision_timeout_s",
+        "crash_loop_restarts",
         "backoff_base_s",
         "backoff_max_s",
         "dashboard_port",
