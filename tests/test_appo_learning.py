@@ -28,7 +28,9 @@ def test_appo_solves_cartpole_greedily(tmp_path):
         result = algo.train()
         while (
             result["episode_return_mean"] < stop["episode_return_mean"]
-            and result["timesteps_total"] < 150_000  # the example solves within ~70k
+            # Usually within ~70k; this seed's float results differ by CPU, and on an Intel
+            # Sapphire Rapids it needs ~212k (bench.time_to_solve --algo APPO, seed 0).
+            and result["timesteps_total"] < 300_000
         ):
             result = algo.train()
         assert result["episode_return_mean"] >= 475, (
