@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from rltrainer_operator.testing.local_stack import GPU_NODE, GPU_NODE_LABELS, GPU_TAINT
+from rltrainer_operator.testing import local_stack
 from rltrainer_operator.testing.node import Node, find_node_assets, import_images, missing_node_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,18 +64,8 @@ def node(control_plane):
 
 @pytest.fixture(scope="session")
 def gpu_node(control_plane, node):
-    with Node(
-        control_plane,
-        find_node_assets(),
-        name=GPU_NODE,
-        address=GPU_NODE,
-        scheduler=False,
-        capacity={"nvidia.com/gpu": "1"},
-        labels=GPU_NODE_LABELS,
-        taints=[GPU_TAINT],
-        image_store=IMAGE_STORE.with_name("containerd-gpu"),
-        network=node,
-    ) as started:
+    assets, store = find_node_assets(), IMAGE_STORE.with_name("containerd-gpu")
+    with local_stack.gpu_node(control_plane, assets, node, store) as started:
         print(f"node {started.name} Ready in {started.start_seconds:.1f} s")
         yield started
 

@@ -84,22 +84,30 @@ def two_nodes(plane: ControlPlane, image_store: Path | None = None) -> list[Any]
     )
     cpu = Node(plane, assets, image_store=stores[0]).start()
     try:
-        gpu = Node(
-            plane,
-            assets,
-            name=GPU_NODE,
-            address=GPU_NODE,
-            scheduler=False,
-            capacity={"nvidia.com/gpu": "1"},
-            labels=GPU_NODE_LABELS,
-            taints=[GPU_TAINT],
-            image_store=stores[1],
-            network=cpu,
-        ).start()
+        gpu = gpu_node(plane, assets, cpu, stores[1]).start()
     except BaseException:
         cpu.stop()
         raise
     return [cpu, gpu]
+
+
+def gpu_node(plane: ControlPlane, assets: Path, cpu: Any, image_store: Path | None) -> Any:
+    """The GPU node (not started): ``GPU_NODE``, one ``nvidia.com/gpu`` advertised, GPU feature
+    discovery's label and the GPU taint, on ``cpu``'s pod network."""
+    from rltrainer_operator.testing.node import Node
+
+    return Node(
+        plane,
+        assets,
+        name=GPU_NODE,
+        address=GPU_NODE,
+        scheduler=False,
+        capacity={"nvidia.com/gpu": "1"},
+        labels=GPU_NODE_LABELS,
+        taints=[GPU_TAINT],
+        image_store=image_store,
+        network=cpu,
+    )
 
 
 class LocalStack:
