@@ -404,21 +404,31 @@ def test_a_cluster_owned_by_another_is_not_adopted(ns, op, kube, kuberay):
     assert op.step()["phase"] == "Provisioning"  # waits instead of submitting to a stranger's cluster
 
 
+# Pods whose status a test writes as the kubelet would. They name a scheduler that does not
+# exist: where tests/node's kubelet runs on the same control plane (one xdist worker runs both),
+# the real scheduler would otherwise place them there and their kubelet rewrite their status.
+NOT_SCHEDULED = "rltrainer-tests-not-scheduled"
+
+
+def kubelet_shaped_pod(kube, name: str, group: str, container: dict) -> None:
+    """Create a Pod of the cluster's ``group`` that no scheduler or kubelet touches (409 is fine)."""
+    core = kubernetes.client.CoreV1Api(kube.api_client)
+    labels = {"ray.io/cluster": CLUSTER, "ray.io/group": group}
+    body = {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"schedulerName": NOT_SCHEDULED, "containers": [container]},
+    }
+    try:
+        core.create_namespaced_pod(kube.ns, body)
+    except kubernetes.client.ApiException as err:
+        assert err.status == 409
+
+
 def crash_looping_pod(kube, restarts: int) -> None:
     """A rollout Pod of the cluster whose container keeps dying, as the kubelet reports it."""
     core = kubernetes.client.CoreV1Api(kube.api_client)
     name = f"{CLUSTER}-rollouts-worker-abcde"
-    labels = {"ray.io/cluster": CLUSTER, "ray.io/group": "rollouts"}
-    try:
-        core.create_namespaced_pod(
-            kube.ns,
-            {
-                "metadata": {"name": name, "labels": labels},
-                "spec": {"containers": [{"name": "ray-worker", "image": "trainer:1"}]},
-            },
-        )
-    except kubernetes.client.ApiException as err:
-        assert err.status == 409
+    kubelet_shaped_pod(kube, name, "rollouts", {"name": "ray-worker", "image": "trainer:1"})
     last = {
         "terminated": {
             "reason": "Error",
@@ -465,17 +475,8 @@ def test_a_job_ray_failed_for_memory_restarts_naming_the_pods_group(op, kube, ku
     status = start_running(op, kuberay)
     core = kubernetes.client.CoreV1Api(kube.api_client)
     name = f"{CLUSTER}-learners-worker-xyz12"
-    core.create_namespaced_pod(
-        kube.ns,
-        {
-            "metadata": {"name": name, "labels": {"ray.io/cluster": CLUSTER, "ray.io/group": "learners"}},
-            "spec": {
-                "containers": [
-                    {"name": "ray-worker", "image": "trainer:1", "resources": {"limits": {"memory": "340Mi"}}}
-                ]
-            },
-        },
-    )
+    container = {"name": "ray-worker", "image": "trainer:1", "resources": {"limits": {"memory": "340Mi"}}}
+    kubelet_shaped_pod(kube, name, "learners", container)
     core.patch_namespaced_pod_status(name, kube.ns, {"status": {"podIP": "10.244.0.64"}})
     logs = (
         "ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low on memory."
