@@ -120,3 +120,12 @@ def test_a_rayclusters_pods_run_ray_and_answer_the_job_api(control_plane, images
     # Without the token the cluster refuses the job API (KubeRay's authOptions, Ray's token mode).
     with pytest.raises(RayAuthError):
         RayJobClient(f"http://{head['status']['podIP']}:8265").get("count-nodes")
+
+    # A deleted Ray pod goes in seconds: its preStop hook stops Ray, so `ray start --block` and the
+    # container end (bash, the first process, would otherwise hold it its 30 s grace period).
+    (worker,) = [p["metadata"]["name"] for p in pods if p["metadata"]["labels"]["ray.io/group"] == "rollouts"]
+    deleting = time.monotonic()
+    control_plane.kubectl_run("delete", "pod", worker, "-n", NAMESPACE, "--wait=true", "--timeout=60s")
+    deleted_s = time.monotonic() - deleting
+    print(f"a Ray worker pod deleted in {deleted_s:.1f} s")
+    assert deleted_s < 20, f"the pod took {deleted_s:.0f} s to go: its preStop hook did not stop Ray"

@@ -266,6 +266,11 @@ def pod_template(
                 # A crash's last log lines become the container's termination message, which the
                 # operator quotes in the experiment's condition (pod_problems).
                 "terminationMessagePolicy": "FallbackToLogsOnError",
+                # KubeRay's command runs Ray under ``bash -c`` as the first process, which ignores
+                # SIGTERM: without this hook a deleted Ray pod lingers its whole grace period (30 s),
+                # delaying every restart. ``ray stop`` ends the Ray processes, so ``ray start --block``
+                # and the container end at once (Ray's KubeRay guide recommends this hook).
+                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
