@@ -70,7 +70,28 @@ def pytest_xdist_make_scheduler(config, log):
     return NodeTestsTogether(config, log)
 
 
+def _attach_log_capture_under_loggings_lock() -> None:
+    """At the start of each test phase pytest attaches its log capture to every logger, iterating
+    logging's logger dict without logging's lock (``_pytest.logging.catching_logs.__enter__``). A
+    thread a test left running (kopf's operator, moto's server, a boto3 client) that creates a
+    logger at that moment ends the phase in ``RuntimeError: dictionary changed size during
+    iteration`` (seen in the journey on Pods). ``logging.getLogger`` adds loggers under that lock,
+    so attaching under it too removes the race."""
+    import logging
+
+    from _pytest.logging import catching_logs
+
+    attach = catching_logs.__enter__
+
+    def attach_locked(self):
+        with logging._lock:  # an RLock: addHandler and setLevel inside take it again
+            return attach(self)
+
+    catching_logs.__enter__ = attach_locked
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _attach_log_capture_under_loggings_lock()
     # Here, not in tests/e2e: tests/node reuses the end-to-end journeys (and their marks).
     config.addinivalue_line("markers", "e2e: end to end with real local Ray clusters (make e2e)")
     config.addinivalue_line("markers", "in_make_test: an end-to-end test that make test runs too")
