@@ -283,7 +283,7 @@ def job_logs(platform: Platform, namespace: str, cluster: str, job_id: str) -> s
 def lose_worker_pod(platform: Platform, name: str, ns: str, group: str, counter: str, job_id: str) -> None:
     """Lose one pod of ``group`` (rollouts: ``Platform.lose_rollout``; learners: its processes
     killed): ``status.<counter>`` reports the replacement, training goes on in the same job (no
-    experiment restart), and the pod was recreated (or its container restarted) once."""
+    experiment restart), and the pod was recreated (or its container restarted)."""
     cluster = raycluster_name(name)
     if group == "rollouts":
         platform.lose_rollout(ns, cluster)
@@ -301,7 +301,9 @@ def lose_worker_pod(platform: Platform, name: str, ns: str, group: str, counter:
     )
     status = platform.status(name, ns)
     assert status["phase"] == "Running" and status["restarts"] == 0 and status["jobId"] == job_id
-    assert platform.kuberay.restarts(ns, cluster).get(group) == 1
+    # Recreated at least once (more where the replacement itself failed to start: Ray's node
+    # startup times out on a loaded machine, and the pod is recreated again, as KubeRay would).
+    assert platform.kuberay.restarts(ns, cluster).get(group, 0) >= 1
 
 
 @pytest.mark.in_make_test
@@ -491,7 +493,8 @@ def test_side_by_side_suspend_resume_and_delete(platform):
     # Delete beta while it runs: the finalizer stops its job and deletes its cluster: no process left.
     platform.custom.delete_namespaced_custom_object("rltrainer.io", "v1alpha1", "beta", "rlexperiments", name)
     wait_for("beta gone", lambda: platform.get(name, "beta") is None, 60)
-    wait_for("beta's RayCluster gone", lambda: get_raycluster(platform.custom, "beta", cluster) is None, 30)
+    # Deleted in the foreground: on Pods it goes once they have (Ray stopped by their preStop hook).
+    wait_for("beta's RayCluster gone", lambda: get_raycluster(platform.custom, "beta", cluster) is None, 120)
     wait_for("beta's processes gone", lambda: not platform.kuberay.processes("beta", cluster), 60)
 
     # Resume alpha: a new cluster, continuing from its newest checkpoint to the end.

@@ -11,6 +11,7 @@ run side by side; deleting a RayCluster (or closing the harness) leaves no proce
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import shlex
 import sys
@@ -123,11 +124,12 @@ def run_probe(obj: dict[str, Any], submission_id: str) -> dict[str, Any]:
     return json.loads(line[len("PROBE ") :])
 
 
-def alive_nodes(obj: dict[str, Any]) -> int:
-    """ALIVE nodes in Ray's state API (the GCS's view, which lags a pod's death by a few seconds)."""
+def node_states(obj: dict[str, Any]) -> dict[str, int]:
+    """``{state: count}`` of the nodes in Ray's state API (the GCS's view, which lags a pod's death
+    by a few seconds, more on a loaded machine)."""
     with urllib.request.urlopen(f"{dashboard(obj)}/api/v0/nodes?limit=100", timeout=30) as response:
         nodes = json.loads(response.read())["data"]["result"]["result"]
-    return sum(1 for node in nodes if node["state"] == "ALIVE")
+    return dict(collections.Counter(node["state"] for node in nodes))
 
 
 def patch_spec(custom: Any, namespace: str, name: str, spec: dict[str, Any]) -> None:
@@ -213,7 +215,13 @@ def test_cluster_lifecycle(stack):
     wait_for("the worker's restart", lambda: kuberay.restarts(ns, name).get("rollouts") == 1, 30)
     obj = wait_ready(custom, ns, name)
     assert killed not in [pod.name for pod in kuberay.pods(ns, name)["rollouts"]]
-    wait_for("Ray to drop the dead node", lambda: alive_nodes(obj) == 4, 60)
+    # Four alive counted only once the killed node is dead: until Ray notices, the dead node
+    # can stand in the count for the new one, whose resources are not there yet.
+    wait_for(
+        "Ray to drop the dead node and count the new one",
+        lambda: (states := node_states(obj)).get("DEAD", 0) >= 1 and states.get("ALIVE") == 4,
+        120,
+    )
     assert run_probe(obj, "probe-2")["resources"]["rltrainer_rollout"] == 2
 
     # Live scaling: replicas 2 -> 1 removes a pod, 1 -> 2 adds one.
