@@ -157,6 +157,20 @@ def test_bad_settings_fail_at_build(change, message):
         ARSConfig(num_rollouts=4, rollouts_used=8).environment("CartPole-v1").validate()
 
 
+@pytest.mark.parametrize("config_class", [ESConfig, ARSConfig])
+def test_a_noise_table_smaller_than_the_weights_fails_at_build(config_class):
+    """Each perturbation is a slice of the table as long as the weights: one line, not numpy's
+    ``high <= 0`` from the first iteration."""
+    config = (
+        config_class()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0)
+        .training(noise_size=100, model={"fcnet_hiddens": [8]})
+    )
+    with pytest.raises(ConfigError, match=r"noise_size=100 is too small for this policy's \d+ weights"):
+        config.build()
+
+
 def test_lean_episodes_match_the_runners_loop_and_callbacks_keep_the_loop():
     """ES rolls out on a plain env of the runner's own (``lean_episodes``): the same episode as the
     runner's sampling loop from the same seed and weights. With episode callbacks, which observe

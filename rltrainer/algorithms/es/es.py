@@ -32,7 +32,7 @@ from rltrainer.algorithms.es.es_config import ARSConfig, ESConfig
 from rltrainer.core.exploration import GaussianNoise
 from rltrainer.core.learner import Learner
 from rltrainer.env.env_runner import EpisodeStats
-from rltrainer.errors import WorkerError
+from rltrainer.errors import ConfigError, WorkerError
 
 NOISE_SEED = 123  # RLlib's shared noise table seed
 
@@ -260,6 +260,14 @@ class ES(Algorithm):
 
     def setup(self, config: Any) -> None:
         super().setup(config)
+        parameters = self.learner_group.local_learner.theta.size
+        if self.config.noise_size <= parameters:
+            # Each perturbation is a slice of the table as long as the weights.
+            raise ConfigError(
+                f"noise_size={self.config.noise_size} is too small for this policy's {parameters} "
+                f"weights: the noise table needs more entries than the policy has weights (RLlib's "
+                f"default is 250000000)"
+            )
         self.noise = noise_table(self.config.noise_size)
         self._noise_ref: Any = None
         self._evaluation_returns: list[float] = []
