@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from rltrainer.algorithms.ppo import manual_gradients
+from rltrainer.algorithms.ppo import manual_gradients, stacked_update
 from rltrainer.algorithms.ppo.ppo_config import PPOConfig
 from rltrainer.algorithms.ppo.sequences import RecurrentPPOBatch, concatenate, sequence_batch
 from rltrainer.core.learner import Learner
@@ -108,6 +109,15 @@ class PPOLearner(Learner):
             and cls.apply_gradients is Learner.apply_gradients
             and manual_gradients.applies(self)
         )
+
+    def stack_key(self) -> Hashable | None:
+        return stacked_update.stack_key(self)
+
+    @staticmethod
+    def update_stacked(
+        learners: list[PPOLearner], rollouts: list[list[Rollout]], timestep: int
+    ) -> list[dict[str, float]]:
+        return stacked_update.update_stacked(learners, rollouts, timestep)
 
     @property
     def gae_lambda(self) -> float:
