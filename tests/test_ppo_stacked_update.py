@@ -87,19 +87,22 @@ def test_stacked_update_is_the_one_at_a_time_update(settings) -> None:
     assert len({learner.stack_key() for learner in stacked}) == 1
     for update in range(2):
         batches = [
-            batch(learner, rows, seed=10 * update + i) for i, (learner, rows) in enumerate(zip(alone, ROWS))
+            batch(learner, rows, seed=10 * update + i)
+            for i, (learner, rows) in enumerate(zip(alone, ROWS, strict=False))
         ]
         torch.manual_seed(update)
-        expected = [learner.update_from_batch(b, timestep=0) for learner, b in zip(alone, batches)]
+        expected = [
+            learner.update_from_batch(b, timestep=0) for learner, b in zip(alone, batches, strict=False)
+        ]
         torch.manual_seed(update)
         got = PPOLearner.update_stacked(stacked, fragments(batches), timestep=0)
-        for want, have in zip(expected, got):
+        for want, have in zip(expected, got, strict=False):
             assert want.keys() == have.keys()
             np.testing.assert_allclose(list(have.values()), list(want.values()), rtol=1e-5, atol=1e-6)
-        for one, other in zip(alone, stacked):
+        for one, other in zip(alone, stacked, strict=False):
             assert one.optimizer.step_count == other.optimizer.step_count
             assert one.kl_coeff == other.kl_coeff
-            for a, b in zip(state(one), state(other)):
+            for a, b in zip(state(one), state(other), strict=False):
                 torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
 
 
@@ -107,14 +110,18 @@ def test_a_policy_without_a_step_takes_no_adam_step() -> None:
     """The second step of each epoch exists for the 300-row policy only: the others' weights,
     moments and step counts move once per epoch."""
     stacked = learners([config(), config(), config()])
-    batches = [batch(learner, rows, seed=i) for i, (learner, rows) in enumerate(zip(stacked, ROWS))]
+    batches = [
+        batch(learner, rows, seed=i) for i, (learner, rows) in enumerate(zip(stacked, ROWS, strict=False))
+    ]
     PPOLearner.update_stacked(stacked, fragments(batches), timestep=0)
     assert [learner.optimizer.step_count for learner in stacked] == [8, 4, 4]
 
 
 def test_a_non_finite_loss_skips_that_policys_step() -> None:
     stacked = learners([config().debugging(on_nonfinite="skip_batch")] * 2)
-    batches = [batch(learner, rows, seed=i) for i, (learner, rows) in enumerate(zip(stacked, ROWS))]
+    batches = [
+        batch(learner, rows, seed=i) for i, (learner, rows) in enumerate(zip(stacked, ROWS, strict=False))
+    ]
     batches[1] = batches[1]._replace(obs=np.full_like(batches[1].obs, np.nan))
     before = stacked[1].flat_params.data.clone()
     stats = PPOLearner.update_stacked(stacked, fragments(batches), timestep=0)
@@ -142,7 +149,7 @@ class Fragment:
         self.policy_batches = batches
 
 
-def test_policies_that_do_not_qualify_update_alone_as_before(monkeypatch) -> None:
+def test_policies_that_do_not_qualify_update_alone_as_before() -> None:
     """A policy of another architecture (or settings) updates through its own ``LearnerGroup``,
     bit for bit the update it had alone; the two of one architecture are stacked."""
     cfgs = {
@@ -151,12 +158,13 @@ def test_policies_that_do_not_qualify_update_alone_as_before(monkeypatch) -> Non
         "c": config(),
         "d": config(num_epochs=2),
     }
-    made = dict(zip(cfgs, learners(list(cfgs.values()))))
-    reference = dict(zip(cfgs, learners(list(cfgs.values()))))
+    made = dict(zip(cfgs, learners(list(cfgs.values())), strict=False))
+    reference = dict(zip(cfgs, learners(list(cfgs.values())), strict=False))
     group = MultiAgentLearnerGroup(lambda pid, _: Recording(pid, made[pid]), list(cfgs))
     assert group._stacks(list(cfgs)) == [["a", "c"], ["b"], ["d"]]
     batches = {
-        pid: batch(made[pid], rows, seed=i) for i, (pid, rows) in enumerate(zip(cfgs, (300, 90, 200, 150)))
+        pid: batch(made[pid], rows, seed=i)
+        for i, (pid, rows) in enumerate(zip(cfgs, (300, 90, 200, 150), strict=False))
     }
     Recording.updated = []
     torch.manual_seed(0)
