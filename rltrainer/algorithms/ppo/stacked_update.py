@@ -133,19 +133,21 @@ class _Stack:
         self.vf = self._layers(module._run_vf, 2 * len(module._run_pi.params))
 
     def _layers(self, mlp: Any, first_param: int) -> list[tuple[torch.Tensor, ...]]:
-        """``(weights [P, out, in], biases [P, out], their gradients, activate)`` per layer:
-        views of the stacked buffers."""
+        """``(weights transposed [P, in, out], biases [P, 1, out], the weights' and biases'
+        gradients, activate, weights [P, out, in])`` per layer: views of the stacked buffers."""
         layers = []
         for layer, ((weight, _), activate) in enumerate(zip(mlp.params, mlp.activate, strict=True)):
             w_slice, b_slice = self.views[first_param + 2 * layer], self.views[first_param + 2 * layer + 1]
             w_shape = (self.size, *weight.shape)
+            weight = self.params[:, w_slice].view(w_shape)
             layers.append(
                 (
-                    self.params[:, w_slice].view(w_shape),
-                    self.params[:, b_slice],
+                    weight.transpose(1, 2),
+                    self.params[:, b_slice].unsqueeze(1),
                     self.grads[:, w_slice].view(w_shape),
                     self.grads[:, b_slice],
                     activate,
+                    weight,
                 )
             )
         return layers
@@ -170,18 +172,26 @@ class _Stack:
             minibatches.append(minibatch)
             counts.append(1 if minibatch >= size else size // minibatch)
         columns, mask, rows = self._gather(datas, minibatches, counts)
-        one = torch.ones((), device=self.device)
+        zero = torch.zeros((), device=self.device)
         kl = torch.tensor(kl_coeffs, device=self.device).unsqueeze(1)
-        # Per row: d mean / d row (1 / the policy's rows), 0 for padding (autograd's mean backward).
-        inv = torch.where(mask, one / rows, torch.zeros((), device=self.device))
+        # Per row: d mean / d row (1 / the policy's rows), 0 for padding (autograd's mean backward);
+        # the per-row factors of the loss's terms, for every step at once.
+        inv = torch.where(mask, torch.ones((), device=self.device) / rows, zero)
+        factors = list(zip(mask, inv, inv * cfg.vf_loss_coeff, inv * kl, strict=True))
+        surrogate_grads = -inv * columns.advantages  # d -mean(ratio * A) / d ratio per row
+        flat = [column.flatten(0, 1).unbind(0) for column in (*columns, surrogate_grads)]
+        steps = max(counts)
         stats_sum = torch.zeros(self.size, len(STAT_NAMES), device=self.device)
         stats_count = [0] * self.size
         for epoch in range(cfg.num_epochs):
             last_epoch = epoch == cfg.num_epochs - 1
-            for step in range(max(counts)):
+            for step in range(steps):
                 active = [p for p in range(self.size) if counts[p] > step]
-                mb = PPOBatch(*(None if column is None else column[epoch, step] for column in columns))
-                losses, stats = self._loss_and_gradients(mb, mask[step], inv[step], rows, kl, last_epoch)
+                *mb, surrogate_grad = (column[epoch * steps + step] for column in flat)
+                mb = PPOBatch(*mb)
+                losses, stats = self._loss_and_gradients(
+                    mb, surrogate_grad, *factors[step], rows, kl, last_epoch
+                )
                 active = self._finite(losses, active, mb, mask[step])
                 if not active:
                     continue
@@ -237,62 +247,66 @@ class _Stack:
         # A padding row's advantage is 0: its surrogate terms and their gradients vanish.
         advantages = gathered.advantages.masked_fill_(~mask, 0.0)
         rows = torch.tensor(minibatches, dtype=torch.float32, device=self.device).unsqueeze(1)
-        return gathered._replace(advantages=advantages), mask, rows
+        return gathered._replace(actions=gathered.actions.long(), advantages=advantages), mask, rows
 
     def _loss_and_gradients(
         self,
         mb: PPOBatch,
+        surrogate_grad: torch.Tensor,
         mask: torch.Tensor,
         inv: torch.Tensor,
+        vf_grad: torch.Tensor,
+        kl_grad: torch.Tensor,
         rows: torch.Tensor,
         kl: torch.Tensor,
         with_stats: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Each policy's loss ``[P]`` (and its six statistics ``[P, 6]``), the gradients of each
         in its row of the stacked gradients: ``manual_gradients.loss_and_gradients`` per policy,
-        its means over the policy's real rows (``mask``; ``inv``: 1 / rows there, else 0)."""
+        its means over the policy's real rows. Per row: ``mask`` (a real row), ``inv`` (1 / the
+        policy's rows there, else 0), ``vf_grad`` and ``kl_grad`` (``inv`` times the value
+        loss's and the KL penalty's coefficients), ``surrogate_grad`` (``-inv * advantages``)."""
         cfg = self.config
         zero = torch.zeros((), device=self.device)
         pi_layers = self._forward(self.pi, mb.obs)
         vf_layers = self._forward(self.vf, mb.obs)
         logp_all = torch.log_softmax(pi_layers[-1], dim=-1)  # Categorical
-        index = mb.actions.long().unsqueeze(-1)
-        # Padding rows: a ratio of 1 and no value error (finite, and out of every mean).
+        index = mb.actions.unsqueeze(-1)
+        # Padding rows: a ratio of 1, no advantage, no value error (out of every mean).
         logratio = torch.where(mask, logp_all.gather(-1, index).squeeze(-1) - mb.action_logp, zero)
         ratio = logratio.exp()
         surr1 = ratio * mb.advantages
         low, high = 1 - cfg.clip_param, 1 + cfg.clip_param
         surr2 = torch.clamp(ratio, low, high) * mb.advantages
-        surr = torch.min(surr1, surr2)
-        pg_loss = -surr.sum(-1) / rows.squeeze(1)
         error = torch.where(mask, vf_layers[-1].squeeze(-1) - mb.value_targets, zero)
         squared = error.pow(2)
         clipped = squared if cfg.vf_clip_param is None else torch.clamp(squared, max=cfg.vf_clip_param)
-        vf_loss = clipped.sum(-1) / rows.squeeze(1)
-        loss = pg_loss + cfg.vf_loss_coeff * vf_loss
         kl_terms = (ratio - 1) - logratio
-        approx_kl = kl_terms.sum(-1) / rows.squeeze(1)
-        loss = loss + kl.squeeze(1) * approx_kl
-        entropy = None
-        if cfg.entropy_coeff > 0 or with_stats:
-            probs = logp_all.exp()
+        probs = logp_all.exp() if cfg.entropy_coeff > 0 or with_stats else None
+        if with_stats:  # each term's mean, as PPOLearner.compute_loss has them
+            pg_loss = -torch.min(surr1, surr2).sum(-1) / rows.squeeze(1)
+            vf_loss = clipped.sum(-1) / rows.squeeze(1)
+            approx_kl = kl_terms.sum(-1) / rows.squeeze(1)
             entropy = (-(probs * logp_all).sum(-1) * mask).sum(-1) / rows.squeeze(1)
+            loss = pg_loss + cfg.vf_loss_coeff * vf_loss + kl.squeeze(1) * approx_kl
             if cfg.entropy_coeff > 0:
                 loss = loss - cfg.entropy_coeff * entropy
+        else:  # only to see that it is finite: the terms summed per row
+            per_row = cfg.vf_loss_coeff * clipped - torch.min(surr1, surr2) + kl * kl_terms
+            if cfg.entropy_coeff > 0:
+                per_row = per_row + cfg.entropy_coeff * (probs * logp_all).sum(-1) * mask
+            loss = per_row.sum(-1) / rows.squeeze(1)
 
         # Backward, per row (autograd's formulas, as manual_gradients writes them).
-        grad = inv * cfg.vf_loss_coeff
-        if cfg.vf_clip_param is not None:
-            grad = torch.where(squared <= cfg.vf_clip_param, grad, zero)
-        grad_values = (grad * (2 * error)).unsqueeze(-1)
-        grad_min = -inv
-        ties = surr1 == surr2  # minimum: ties share the gradient
-        grad_surr1 = torch.where(ties, grad_min / 2, grad_min).masked_fill_(surr1 > surr2, 0)
-        grad_surr2 = torch.where(ties, grad_min / 2, grad_min).masked_fill_(surr1 < surr2, 0)
+        if cfg.vf_clip_param is not None:  # clamp(max=): the gradient passes where not clipped
+            vf_grad = torch.where(squared <= cfg.vf_clip_param, vf_grad, zero)
+        grad_values = (vf_grad * (2 * error)).unsqueeze(-1)
+        # min(surr1, surr2): surr1's gradient where it is the smaller, else surr2's, which the
+        # clamp passes only in range (in range the two are equal: half each, summing to the same).
         in_range = (ratio >= low).logical_and_(ratio <= high)
-        grad_ratio = grad_surr1 * mb.advantages + torch.where(in_range, grad_surr2 * mb.advantages, zero)
-        grad_kl = inv * kl  # KL penalty: kl * mean((ratio - 1) - logratio)
-        grad_logratio = (grad_ratio + grad_kl) * ratio - grad_kl
+        grad_ratio = torch.where(in_range.logical_or_(surr1 < surr2), surrogate_grad, zero)
+        # The KL penalty kl * mean((ratio - 1) - logratio), then ratio = exp(logratio).
+        grad_logratio = (grad_ratio + kl_grad) * ratio - kl_grad
         grad_logp = torch.zeros_like(logp_all).scatter_add_(-1, index, grad_logratio.unsqueeze(-1))
         if cfg.entropy_coeff > 0:  # -c * mean(-(exp(l) * l).sum()): d/dl = c / rows * (p * l + p)
             grad_entropy = (inv * cfg.entropy_coeff).unsqueeze(-1)
@@ -307,8 +321,8 @@ class _Stack:
 
     def _forward(self, layers: list[tuple[torch.Tensor, ...]], x: torch.Tensor) -> list[torch.Tensor]:
         outputs = [x]
-        for weight, bias, _, _, activate in layers:
-            x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+        for weight_t, bias, _, _, activate, _ in layers:
+            x = torch.baddbmm(bias, x, weight_t)
             if activate:
                 x = self.act(x)
             outputs.append(x)
@@ -319,7 +333,7 @@ class _Stack:
     ) -> None:
         activation_backward = ACTIVATION_BACKWARD[self.activation]
         for layer in range(len(layers) - 1, -1, -1):
-            weight, _, weight_grad, bias_grad, activate = layers[layer]
+            _, _, weight_grad, bias_grad, activate, weight = layers[layer]
             if activate:
                 grad = activation_backward(grad, outputs[layer + 1])
             torch.bmm(grad.transpose(1, 2), outputs[layer], out=weight_grad)
