@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rltrainer.algorithms.ppo import PPOConfig
+from rltrainer.algorithms.ppo import PPOConfig, stacked_update
 from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, PPOLearner
 from rltrainer.core.learner import make_learner
 from rltrainer.core.learner_group import LearnerGroup
@@ -81,6 +81,16 @@ SETTINGS = {
 
 @pytest.mark.parametrize("settings", SETTINGS.values(), ids=SETTINGS.keys())
 def test_stacked_update_is_the_one_at_a_time_update(settings) -> None:
+    check_stacked_is_alone(settings)
+
+
+def test_minibatches_gathered_an_epoch_at_a_time_give_the_same_update(monkeypatch) -> None:
+    """Large observations: the minibatches are gathered an epoch at a time, not all at once."""
+    monkeypatch.setattr(stacked_update, "GATHERED_VALUES", 1)
+    check_stacked_is_alone({})
+
+
+def check_stacked_is_alone(settings: dict) -> None:
     # Unequal row counts and learning rates, two updates (Adam's state carries over).
     cfgs = [config(**settings), config(**settings), config(**{**settings, "lr": 3e-4})]
     alone, stacked = learners(cfgs), learners(cfgs)

@@ -38,6 +38,8 @@ SHARED_SETTINGS = (
     "grad_clip",
     "grad_clip_by",
 )
+#: The most observation values the minibatches gathered at once hold (epochs at a time).
+GATHERED_VALUES = 1 << 22
 STAT_NAMES = ("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss")
 
 
@@ -171,37 +173,43 @@ class _Stack:
             minibatch = size if full_batch else min(max(1, cfg.minibatch_size), size)
             minibatches.append(minibatch)
             counts.append(1 if minibatch >= size else size // minibatch)
-        columns, mask, rows = self._gather(datas, minibatches, counts)
+        index, mask, rows = self._minibatch_rows(datas, minibatches, counts)
+        whole = PPOBatch(*(torch.cat(column) for column in zip(*datas, strict=True)))
+        whole = whole._replace(actions=whole.actions.long())
         zero = torch.zeros((), device=self.device)
         kl = torch.tensor(kl_coeffs, device=self.device).unsqueeze(1)
         # Per row: d mean / d row (1 / the policy's rows), 0 for padding (autograd's mean backward);
         # the per-row factors of the loss's terms, for every step at once.
         inv = torch.where(mask, torch.ones((), device=self.device) / rows, zero)
         factors = list(zip(mask, inv, inv * cfg.vf_loss_coeff, inv * kl, strict=True))
-        surrogate_grads = -inv * columns.advantages  # d -mean(ratio * A) / d ratio per row
-        flat = [column.flatten(0, 1).unbind(0) for column in (*columns, surrogate_grads)]
         steps = max(counts)
+        # The minibatches of as many epochs as take up to GATHERED_VALUES observation values at once.
+        chunk = max(1, GATHERED_VALUES // max(1, index[0].numel() * whole.obs[0].numel()))
         stats_sum = torch.zeros(self.size, len(STAT_NAMES), device=self.device)
         stats_count = [0] * self.size
-        for epoch in range(cfg.num_epochs):
-            last_epoch = epoch == cfg.num_epochs - 1
-            for step in range(steps):
-                active = [p for p in range(self.size) if counts[p] > step]
-                *mb, surrogate_grad = (column[epoch * steps + step] for column in flat)
-                mb = PPOBatch(*mb)
-                losses, stats = self._loss_and_gradients(
-                    mb, surrogate_grad, *factors[step], rows, kl, last_epoch
-                )
-                active = self._finite(losses, active, mb, mask[step])
-                if not active:
-                    continue
-                self._clip()
-                self._adam(active, lrs)
-                if last_epoch:
-                    index = torch.tensor(active, device=self.device)
-                    stats_sum.index_add_(0, index, stats[index])
-                    for p in active:
-                        stats_count[p] += 1
+        for first in range(0, cfg.num_epochs, chunk):
+            gathered = self._gather(whole, index[first : first + chunk], mask)
+            surrogate_grads = -inv * gathered.advantages  # d -mean(ratio * A) / d ratio per row
+            flat = [column.flatten(0, 1).unbind(0) for column in (*gathered, surrogate_grads)]
+            for epoch in range(first, min(first + chunk, cfg.num_epochs)):
+                last_epoch = epoch == cfg.num_epochs - 1
+                for step in range(steps):
+                    active = [p for p in range(self.size) if counts[p] > step]
+                    *mb, surrogate_grad = (column[(epoch - first) * steps + step] for column in flat)
+                    mb = PPOBatch(*mb)
+                    losses, stats = self._loss_and_gradients(
+                        mb, surrogate_grad, *factors[step], rows, kl, last_epoch
+                    )
+                    active = self._finite(losses, active, mb, mask[step])
+                    if not active:
+                        continue
+                    self._clip()
+                    self._adam(active, lrs)
+                    if last_epoch:
+                        index_active = torch.tensor(active, device=self.device)
+                        stats_sum.index_add_(0, index_active, stats[index_active])
+                        for p in active:
+                            stats_count[p] += 1
         means = (stats_sum / torch.tensor(stats_count, device=self.device).unsqueeze(1)).tolist()
         self._copy_back()
         results = []
@@ -214,14 +222,15 @@ class _Stack:
             results.append(result)
         return results
 
-    def _gather(
+    def _minibatch_rows(
         self, datas: list[PPOBatch], minibatches: list[int], counts: list[int]
-    ) -> tuple[PPOBatch, torch.Tensor, torch.Tensor]:
-        """Every minibatch of every epoch, ``[epochs, steps, P, rows, ...]`` per column (padded to
-        the largest minibatch with copies of the policy's own rows), the mask of real rows
-        ``[steps, P, rows]`` (no real row where a policy has no minibatch at that step) and each
-        policy's minibatch rows ``[P, 1]``. The permutations are drawn in the order the
-        one-at-a-time update draws them: policy by policy, epoch by epoch."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows (of the policies' batches one after the other) of every minibatch of every
+        epoch, ``[epochs, steps, P, rows]`` (padded to the largest minibatch with a row of the
+        policy's own), the mask of real rows ``[steps, P, rows]`` (none where a policy has no
+        minibatch at that step) and each policy's minibatch rows ``[P, 1]``. The permutations
+        are drawn in the order the one-at-a-time update draws them: policy by policy, epoch by
+        epoch."""
         epochs, steps, width = self.config.num_epochs, max(counts), max(minibatches)
         index = torch.zeros(epochs, steps, self.size, width, dtype=torch.long, device=self.device)
         mask = torch.zeros(steps, self.size, width, dtype=torch.bool, device=self.device)
@@ -237,17 +246,16 @@ class _Stack:
             index[:, :count, p, :minibatch] = used
             mask[:count, p, :minibatch] = True
             offset += size
-        flat = index.reshape(-1)
-        shape = (epochs, steps, self.size, width)
-        columns = []
-        for column in zip(*datas, strict=True):
-            whole = torch.cat(column)
-            columns.append(whole[flat].reshape(*shape, *whole.shape[1:]))
-        gathered = type(datas[0])(*columns)
-        # A padding row's advantage is 0: its surrogate terms and their gradients vanish.
-        advantages = gathered.advantages.masked_fill_(~mask, 0.0)
         rows = torch.tensor(minibatches, dtype=torch.float32, device=self.device).unsqueeze(1)
-        return gathered._replace(actions=gathered.actions.long(), advantages=advantages), mask, rows
+        return index, mask, rows
+
+    @staticmethod
+    def _gather(whole: PPOBatch, index: torch.Tensor, mask: torch.Tensor) -> PPOBatch:
+        """The minibatches at ``index`` (``[epochs, steps, P, rows]``), each column shaped so;
+        a padding row's advantage is 0, so its surrogate terms and their gradients vanish."""
+        flat = index.reshape(-1)
+        gathered = type(whole)(*(column[flat].reshape(*index.shape, *column.shape[1:]) for column in whole))
+        return gathered._replace(advantages=gathered.advantages.masked_fill_(~mask, 0.0))
 
     def _loss_and_gradients(
         self,
