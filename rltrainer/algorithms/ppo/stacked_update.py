@@ -345,7 +345,7 @@ class _Stack:
             if activate:
                 grad = activation_backward(grad, outputs[layer + 1])
             torch.bmm(grad.transpose(1, 2), outputs[layer], out=weight_grad)
-            bias_grad.copy_(grad.sum(1))
+            torch.sum(grad, 1, out=bias_grad)
             if layer > 0:  # the network's input needs no gradient
                 grad = torch.bmm(grad, weight)
 
