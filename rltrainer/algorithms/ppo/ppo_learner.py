@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rltrainer.algorithms.ppo import manual_gradients, stacked_update
+from rltrainer.algorithms.ppo import manual_gradients
 from rltrainer.algorithms.ppo.ppo_config import PPOConfig
 from rltrainer.algorithms.ppo.sequences import RecurrentPPOBatch, concatenate, sequence_batch
 from rltrainer.core.learner import Learner
@@ -111,12 +111,17 @@ class PPOLearner(Learner):
         )
 
     def stack_key(self) -> Hashable | None:
+        # Policies of one architecture update together (multi-agent only: imported on first use).
+        from rltrainer.algorithms.ppo import stacked_update
+
         return stacked_update.stack_key(self)
 
     @staticmethod
     def update_stacked(
         learners: list[PPOLearner], rollouts: list[list[Rollout]], timestep: int
     ) -> list[dict[str, float]]:
+        from rltrainer.algorithms.ppo import stacked_update
+
         return stacked_update.update_stacked(learners, rollouts, timestep)
 
     @property
