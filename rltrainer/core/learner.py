@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -67,6 +67,17 @@ class Learner:
         """Build a train batch from the env runners' rollouts and update on it."""
         batch, extra = self.on_learn_on_batch(self.build_batch(rollouts))
         return {**self.update_from_batch(batch, timestep), **extra}
+
+    def stack_key(self) -> Hashable | None:
+        """Learners of several policies with equal keys are updated together by
+        ``update_stacked`` (``MultiAgentLearnerGroup``); ``None``: this one updates alone."""
+        return None
+
+    @staticmethod
+    def update_stacked(learners: list[Learner], rollouts: list[Any], timestep: int) -> list[dict[str, float]]:
+        """``[learner.update(its rollouts, timestep) for each]`` as one update of learners of
+        one ``stack_key``."""
+        raise NotImplementedError
 
     def on_learn_on_batch(self, batch: Any) -> tuple[Any, dict[str, Any]]:
         """Run the ``on_learn_on_batch`` callback on a train batch (a NamedTuple of columns).

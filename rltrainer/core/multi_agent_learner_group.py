@@ -72,13 +72,32 @@ class MultiAgentLearnerGroup:
     def update(self, batches: list[Any], timestep: int) -> dict[str, dict[str, float]]:
         """Update each trainable policy on its rollouts of ``batches`` (``MultiAgentBatch``es);
         returns ``{policy id: stats}`` for the policies that had data."""
-        stats = {}
-        for pid, group in self.groups.items():
+        by_policy = {}
+        for pid in self.groups:
             rollouts = [batch.policy_batches[pid] for batch in batches if pid in batch.policy_batches]
             if rollouts:
-                stats[pid] = group.update(rollouts, timestep)
-                self.agent_steps_trained += sum(rollout.num_steps for rollout in rollouts)
-        return stats
+                by_policy[pid] = rollouts
+        stats = {}
+        for stack in self._stacks(list(by_policy)):
+            if len(stack) == 1:  # alone: its own LearnerGroup, as ever
+                stats[stack[0]] = self.groups[stack[0]].update(by_policy[stack[0]], timestep)
+                continue
+            learners = [self.groups[pid].local_learner for pid in stack]
+            results = type(learners[0]).update_stacked(learners, [by_policy[pid] for pid in stack], timestep)
+            stats.update(zip(stack, results, strict=True))
+        for rollouts in by_policy.values():
+            self.agent_steps_trained += sum(rollout.num_steps for rollout in rollouts)
+        return {pid: stats[pid] for pid in by_policy}
+
+    def _stacks(self, policy_ids: list[str]) -> list[list[str]]:
+        """``policy_ids`` in groups updated together (``Learner.stack_key``: the policies of one
+        architecture and settings, trained in the driver), each at its first member's place."""
+        stacks: dict[Any, list[str]] = {}
+        for pid in policy_ids:
+            group = self.groups[pid]
+            key = None if group.config.num_learners else group.local_learner.stack_key()
+            stacks.setdefault(pid if key is None else (type(group.local_learner), key), []).append(pid)
+        return list(stacks.values())
 
     def update_policy(self, policy_id: str, batch: Any, timestep: int, num_rows: int) -> dict[str, float]:
         """One update of ``policy_id`` on an already built batch of ``num_rows`` agent steps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -108,6 +109,20 @@ class PPOLearner(Learner):
             and cls.apply_gradients is Learner.apply_gradients
             and manual_gradients.applies(self)
         )
+
+    def stack_key(self) -> Hashable | None:
+        # Policies of one architecture update together (multi-agent only: imported on first use).
+        from rltrainer.algorithms.ppo import stacked_update
+
+        return stacked_update.stack_key(self)
+
+    @staticmethod
+    def update_stacked(
+        learners: list[PPOLearner], rollouts: list[list[Rollout]], timestep: int
+    ) -> list[dict[str, float]]:
+        from rltrainer.algorithms.ppo import stacked_update
+
+        return stacked_update.update_stacked(learners, rollouts, timestep)
 
     @property
     def gae_lambda(self) -> float:
