@@ -16,6 +16,7 @@ from torch import nn
 
 from rltrainer.algorithms.ddpg.ddpg_config import DDPGConfig
 from rltrainer.core.actor_critic_learner import ActorCriticLearner, ActorCriticModule, freeze_as_target, min_q
+from rltrainer.core.learner import DeferredStats
 from rltrainer.core.models import ContinuousQ, PolicyMLP, TargetCopy, TwinMLP
 from rltrainer.utils.replay_buffers import ReplayBatch
 
@@ -88,7 +89,7 @@ class DDPGLearner(ActorCriticLearner):
         m, cfg = self.module, self.config
         return {"actor": (m.pi, cfg.actor_lr), "critic": (nn.ModuleList(m.critics()), cfg.critic_lr)}
 
-    def update_from_batch(self, batch: ReplayBatch, timestep: int) -> dict[str, float]:
+    def update_from_batch(self, batch: ReplayBatch, timestep: int) -> DeferredStats:
         if self._by_hand:
             return self._update_by_hand(batch, timestep)
         cfg, m, b = self.config, self.module, batch
@@ -130,12 +131,19 @@ class DDPGLearner(ActorCriticLearner):
         self.critic_target.update(self.params["critic"].data, self.config.tau)
         self.last_target_update = timestep
 
-    def _stats(self, critic_loss: torch.Tensor, q1: torch.Tensor) -> dict[str, float]:
-        stats = [critic_loss, self._last_actor_loss, q1.mean(), *reversed(torch.aminmax(q1))]
-        return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
+    def _stats(self, critic_loss: torch.Tensor, q1: torch.Tensor) -> DeferredStats:
+        """The update's stats, computed when read (an iteration reports only its last update's):
+        ``critic_loss``, ``q1`` and the last actor loss are tensors no later update writes to."""
+        actor_loss = self._last_actor_loss
+
+        def compute() -> dict[str, float]:
+            stats = [critic_loss, actor_loss, q1.mean(), *reversed(torch.aminmax(q1))]
+            return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
+
+        return DeferredStats(compute)
 
     @torch.no_grad()
-    def _update_by_hand(self, b: ReplayBatch, timestep: int) -> dict[str, float]:
+    def _update_by_hand(self, b: ReplayBatch, timestep: int) -> DeferredStats:
         """``update_from_batch``'s losses and steps with hand-written gradients (plain MLPs:
         ``FastMLP.forward_saved`` and ``FastMLP.backward``), no autograd graph."""
         cfg, m = self.config, self.module
