@@ -86,17 +86,22 @@ class ActorCriticLearner(Learner):
     def step(
         self,
         name: str,
-        loss: torch.Tensor,
+        loss: torch.Tensor | Callable[[], torch.Tensor],
         inputs: list[torch.Tensor] | None = None,
         gradients: Callable[[], None] | None = None,
+        finite: torch.Tensor | None = None,
     ) -> bool:
         """One gradient step of part ``name`` on ``loss``; False when a non-finite loss was
         skipped (``on_nonfinite="skip_batch"``). ``inputs``: accumulate gradients only into
         these (the actor's loss backpropagates through a critic without touching its weights).
         ``gradients``: writes the part's whole gradient itself (hand-written, see
-        ``FastMLP.backward``) instead of autograd's ``loss.backward()``."""
+        ``FastMLP.backward``) instead of autograd's ``loss.backward()``. ``finite``: a cheaper
+        tensor to check, finite exactly when the loss is; ``loss`` may then be a function that
+        computes it (only for the message)."""
         self._stepping = name
-        if not self.loss_is_finite(loss, lambda: {f"{name}_loss": float(loss)}):
+        value = loss if callable(loss) else lambda: loss
+        checked = loss if finite is None else finite
+        if not self.loss_is_finite(checked, lambda: {f"{name}_loss": float(value())}):
             return False
         params = self.params[name]
         if gradients is not None:

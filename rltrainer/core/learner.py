@@ -83,6 +83,7 @@ class Learner:
         self.config = config
         apply_debugging(config)  # log level; in a learner actor also the seeds (minibatch order)
         self.device = torch.device(device)
+        self._on_cpu = self.device.type == "cpu"  # batches need no copy to the device
         self.module = module.to(self.device)
         # What the loss calls: the module itself, or its DistributedDataParallel wrapper.
         self.train_module: nn.Module = self.module
@@ -233,7 +234,8 @@ class Learner:
         array = np.ascontiguousarray(array)
         if not array.flags.writeable:  # e.g. from Ray's object store
             array = array.copy()
-        return torch.from_numpy(array).to(self.device)
+        tensor = torch.from_numpy(array)
+        return tensor if self._on_cpu else tensor.to(self.device)
 
     # --- weights and state ----------------------------------------------------------------
     def get_weights(self) -> dict[str, torch.Tensor]:

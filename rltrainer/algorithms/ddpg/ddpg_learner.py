@@ -9,6 +9,7 @@ policy smoothing (``smooth_target_policy``). The same step does both; the config
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -131,13 +132,17 @@ class DDPGLearner(ActorCriticLearner):
         self.critic_target.update(self.params["critic"].data, self.config.tau)
         self.last_target_update = timestep
 
-    def _stats(self, critic_loss: torch.Tensor, q1: torch.Tensor) -> DeferredStats:
+    def _stats(
+        self, critic_loss: torch.Tensor | Callable[[], torch.Tensor], q1: torch.Tensor
+    ) -> DeferredStats:
         """The update's stats, computed when read (an iteration reports only its last update's):
-        ``critic_loss``, ``q1`` and the last actor loss are tensors no later update writes to."""
+        ``critic_loss`` (or the function computing it), ``q1`` and the last actor loss are
+        tensors no later update writes to."""
         actor_loss = self._last_actor_loss
 
         def compute() -> dict[str, float]:
-            stats = [critic_loss, actor_loss, q1.mean(), *reversed(torch.aminmax(q1))]
+            loss = critic_loss() if callable(critic_loss) else critic_loss
+            stats = [loss, actor_loss, q1.mean(), *reversed(torch.aminmax(q1))]
             return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
 
         return DeferredStats(compute)
@@ -173,9 +178,20 @@ class DDPGLearner(ActorCriticLearner):
             q_values = torch.stack([s[-1].squeeze(-1) for s in saved])
         q_target = torch.addcmul(rewards, bootstrap, next_q.squeeze(-1))
         errors = q_values - q_target  # [critics, B]
-        critic_loss = (weights * self._td_loss(errors)).mean(-1).sum()
-        if cfg.l2_reg > 0:
-            critic_loss = critic_loss + cfg.l2_reg * sum(w.pow(2).sum() for w in self._critic_weights)
+
+        def critic_loss_of() -> torch.Tensor:
+            loss = (weights * self._td_loss(errors)).mean(-1).sum()
+            if cfg.l2_reg > 0:
+                loss = loss + cfg.l2_reg * sum(w.pow(2).sum() for w in self._critic_weights)
+            return loss
+
+        # The squared errors' sum is finite exactly when the squared-error loss is: one op to
+        # check instead of five, the loss itself computed only when reported (DeferredStats).
+        finite, critic_loss = None, critic_loss_of
+        if cfg.use_huber or cfg.l2_reg > 0:
+            critic_loss = critic_loss_of()
+        else:
+            finite = torch.dot(errors.reshape(-1), errors.reshape(-1))
 
         def critic_gradients() -> None:
             td_grad = errors if not cfg.use_huber else errors.clamp(-cfg.huber_threshold, cfg.huber_threshold)
@@ -188,7 +204,7 @@ class DDPGLearner(ActorCriticLearner):
             for w in self._critic_weights if cfg.l2_reg > 0 else ():
                 w.grad.add_(w, alpha=2.0 * cfg.l2_reg)
 
-        self.step("critic", critic_loss, gradients=critic_gradients)
+        self.step("critic", critic_loss, gradients=critic_gradients, finite=finite)
         self.num_critic_updates += 1
 
         # --- actor (every policy_delay critic steps): maximize Q1(s, pi(s)); then the targets
