@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -138,11 +139,11 @@ class DDPGLearner(ActorCriticLearner):
         """The update's stats, computed when read (an iteration reports only its last update's):
         ``critic_loss`` (or the function computing it), ``q1`` and the last actor loss are
         tensors no later update writes to."""
-        actor_loss = self._last_actor_loss
+        actor_loss = self._last_actor_loss  # (or the function computing it)
 
         def compute() -> dict[str, float]:
-            loss = critic_loss() if callable(critic_loss) else critic_loss
-            stats = [loss, actor_loss, q1.mean(), *reversed(torch.aminmax(q1))]
+            losses = [loss() if callable(loss) else loss for loss in (critic_loss, actor_loss)]
+            stats = [*losses, q1.mean(), *reversed(torch.aminmax(q1))]
             return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
 
         return DeferredStats(compute)
@@ -153,8 +154,12 @@ class DDPGLearner(ActorCriticLearner):
         ``FastMLP.forward_saved`` and ``FastMLP.backward``), no autograd graph."""
         cfg, m = self.config, self.module
         obs, next_obs = self.to_tensor(b.obs), self.to_tensor(b.next_obs)
-        rewards, weights = self.to_tensor(b.rewards), self.to_tensor(b.weights)
-        bootstrap = self.to_tensor(b.discounts * (1.0 - b.terminateds))
+        # rewards, weights and bootstraps as [B, 1] columns, the critics' output shape
+        rewards, weights = (
+            self.to_tensor(np.reshape(b.rewards, (-1, 1))),
+            self.to_tensor(np.reshape(b.weights, (-1, 1))),
+        )
+        bootstrap = self.to_tensor(np.reshape(b.discounts * (1.0 - b.terminateds), (-1, 1)))
         actions = self.to_tensor(b.actions)
         batch_size = obs.shape[0]
 
@@ -170,17 +175,17 @@ class DDPGLearner(ActorCriticLearner):
             twin, twin_target = self._twins
             next_q = twin_target(next_inputs).amin(0)
             saved = twin.forward_saved(inputs)
-            q_values = saved[-1].squeeze(-1)
+            q_values = saved[-1]
         else:
             next_q = [q._run(next_inputs) for q in m.target_critics()]
             next_q = next_q[0] if len(next_q) == 1 else torch.minimum(next_q[0], next_q[1])
             saved = [q._run.forward_saved(inputs) for q in m.critics()]
-            q_values = torch.stack([s[-1].squeeze(-1) for s in saved])
-        q_target = torch.addcmul(rewards, bootstrap, next_q.squeeze(-1))
-        errors = q_values - q_target  # [critics, B]
+            q_values = torch.stack([s[-1] for s in saved])
+        q_target = torch.addcmul(rewards, bootstrap, next_q)
+        errors = q_values - q_target  # [critics, B, 1]
 
         def critic_loss_of() -> torch.Tensor:
-            loss = (weights * self._td_loss(errors)).mean(-1).sum()
+            loss = (weights * self._td_loss(errors)).mean(1).sum()
             if cfg.l2_reg > 0:
                 loss = loss + cfg.l2_reg * sum(w.pow(2).sum() for w in self._critic_weights)
             return loss
@@ -195,7 +200,7 @@ class DDPGLearner(ActorCriticLearner):
 
         def critic_gradients() -> None:
             td_grad = errors if not cfg.use_huber else errors.clamp(-cfg.huber_threshold, cfg.huber_threshold)
-            grads = (weights * td_grad).div_(batch_size).unsqueeze_(-1)  # d loss / d Q: [critics, B, 1]
+            grads = (weights * td_grad).div_(batch_size)  # d loss / d Q: [critics, B, 1]
             if self._twins is not None:
                 self._twins[0].backward(saved, grads)
             else:
@@ -212,7 +217,7 @@ class DDPGLearner(ActorCriticLearner):
             pi_saved = m.pi._run.forward_saved(obs)
             pi_actions = torch.tanh(pi_saved[-1])
             q1_saved = m.q1._run.forward_saved(torch.cat([obs, pi_actions], dim=-1))
-            actor_loss = q1_saved[-1].mean().neg_()
+            q1_mean = q1_saved[-1].mean()  # the actor's loss is its negative (taken when read)
 
             def actor_gradients() -> None:
                 grad = torch.full_like(q1_saved[-1], -1.0 / batch_size)
@@ -220,12 +225,12 @@ class DDPGLearner(ActorCriticLearner):
                 grad = torch.ops.aten.tanh_backward.default(grad[:, obs.shape[1] :], pi_actions)
                 m.pi._run.backward(pi_saved, grad)
 
-            self.step("actor", actor_loss, gradients=actor_gradients)
-            self._last_actor_loss = actor_loss
+            self.step("actor", q1_mean.neg, gradients=actor_gradients, finite=q1_mean)
+            self._last_actor_loss = q1_mean.neg
             if timestep - self.last_target_update >= cfg.target_network_update_freq:
                 self.update_targets(timestep)
 
-        self.set_td_errors(errors[0])
+        self.set_td_errors(errors, first_critics=True)
         return self._stats(critic_loss, q_values[0])
 
     def _td_loss(self, error: torch.Tensor) -> torch.Tensor:
