@@ -160,6 +160,40 @@ def test_hand_written_gradients_match_autograd(tmp_path, algo, training):
 
 
 @pytest.mark.parametrize("algo", ["DDPG", "TD3"])
+def test_stats_are_computed_when_read_and_are_their_updates_own(tmp_path, algo):
+    """An update's stats (DeferredStats) read after later updates are what reading them at once
+    gives: they read no tensor a later update writes to."""
+    algo_ = tiny(tmp_path, algo).build()
+    try:
+        learner = algo_.learner_group.local_learner
+        algo_.train()
+        batches = [algo_.replay_buffer.sample(16) for _ in range(3)]
+        tensors = [
+            *(p.data for p in learner.params.values()),
+            *(t for opt in learner.optimizers.values() for t in (opt.exp_avg, opt.exp_avg_sq)),
+            learner.actor_target.data,
+            learner.critic_target.data,
+        ]
+        start = [t.clone() for t in tensors]
+        counters = (learner.num_critic_updates, *(opt.step_count for opt in learner.optimizers.values()))
+        read = []
+        for at_once in (True, False):
+            for t, value in zip(tensors, start, strict=True):
+                t.copy_(value)
+            learner.num_critic_updates = counters[0]
+            for opt, count in zip(learner.optimizers.values(), counters[1:], strict=True):
+                opt.step_count = count
+            torch.manual_seed(0)
+            stats = [learner.update(batch, timestep=algo_.counters.timesteps_total) for batch in batches]
+            stats = [dict(s) for s in stats] if at_once else stats
+            read.append([dict(s) for s in stats])
+        assert read[0] == read[1]
+        assert all(np.isfinite(list(s.values())).all() for s in read[0][1:])  # an actor step was taken
+    finally:
+        algo_.stop()
+
+
+@pytest.mark.parametrize("algo", ["DDPG", "TD3"])
 def test_checkpoint_round_trip(tmp_path, algo):
     trained = tiny(tmp_path, algo).build()
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rltrainer.algorithms.ddpg import TD3Config
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.core import compiled
 from rltrainer.env.env_runner import EnvRunner
@@ -93,3 +94,54 @@ def test_sampling_runs_with_the_runners_torch_threads_and_puts_the_drivers_back(
     finally:
         torch.set_num_threads(before)
         runner.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "num_envs", "compiled_kernels"),
+    [("Pendulum-v1", 1, False), ("CartPole-v1", 3, False), ("CartPole-v1", 3, True)],
+    ids=["pendulum", "cartpole-3-envs", "cartpole-3-envs-numba"],
+)
+def test_one_step_fragments_are_the_general_loops(tmp_path, monkeypatch, env, num_envs, compiled_kernels):
+    import torch
+
+    # _one_step_rollout (a one-step fragment valid in every env) against _rollout's loop: the same
+    # columns, episodes and running sums, through episode ends (reset steps take the loop).
+    monkeypatch.setattr(compiled, "MIN_BATCH", 1 if compiled_kernels else 10**9)
+    config_class = TD3Config if env == "Pendulum-v1" else PPOConfig
+    config = (
+        config_class()
+        .environment(env)
+        .env_runners(num_envs_per_env_runner=num_envs, rollout_fragment_length=1)
+        .reporting(storage_path=str(tmp_path))
+        .debugging(seed=3)
+    )
+    if env == "Pendulum-v1":
+        noise = {"type": "GaussianNoise", "random_timesteps": 100, "stddev": 0.1}
+        config.exploration(exploration_config=noise)
+
+    def sample(lean: bool):
+        torch.manual_seed(0)  # the same initial policy for both (the driver's runner draws from torch's)
+        runner = EnvRunner(config)
+        if not lean:
+            runner._fragment = lambda steps, explore, complete: runner._rollout(steps, explore, complete)
+        calls = [None]
+        if lean:
+            one_step = runner._one_step_rollout
+            runner._one_step_rollout = lambda explore: calls.append(1) or one_step(explore)
+        samples = [runner.sample() for _ in range(450)]
+        state = (runner._ep_return.copy(), runner._ep_len.copy())
+        runner.stop()
+        return samples, state, len(calls) - 1
+
+    (lean, lean_state, lean_calls), (general, general_state, _) = sample(True), sample(False)
+    assert lean_calls > 400  # (the first fragment resets the envs in the loop)
+    assert sum(len(episodes) for _, episodes in lean) >= 2
+    for (rollout, episodes), (expected, expected_episodes) in zip(lean, general, strict=True):
+        assert episodes == expected_episodes
+        for name in ("obs", "actions", "action_logp", "rewards", "terminateds", "truncateds", "valid"):
+            column, expected_column = getattr(rollout, name), getattr(expected, name)
+            assert column.dtype == expected_column.dtype and column.shape == expected_column.shape, name
+            np.testing.assert_array_equal(column, expected_column, err_msg=name)
+        np.testing.assert_array_equal(rollout.last_obs, expected.last_obs)
+    for value, expected_value in zip(lean_state, general_state, strict=True):
+        np.testing.assert_array_equal(value, expected_value)

@@ -63,6 +63,26 @@ def test_one_step_transitions():
     np.testing.assert_allclose(tr.discounts, [0.9] * 8, rtol=1e-6)
 
 
+@pytest.mark.parametrize("t", [1, 4])
+def test_one_step_fragments_transitions_are_the_general_ones(t):
+    # A one-step fragment valid in every env takes its rows as they are: the same transitions
+    # as the index walk's, which the same step gets inside a longer fragment.
+    full = _rollout()
+    step = full._replace(
+        **{name: getattr(full, name)[t : t + 1] for name in ("obs", "actions", "action_logp", "rewards")},
+        **{name: getattr(full, name)[t : t + 1] for name in ("terminateds", "truncateds", "valid")},
+        last_obs=full.obs[t + 1] if t + 1 < len(full.obs) else full.last_obs,
+    )
+    assert step.valid.all()
+    fast = transitions_from_rollout(step, n_step=1, gamma=GAMMA)
+    walked = transitions_from_rollout(full, n_step=1, gamma=GAMMA)
+    rows = [i for i, (step_t, _) in enumerate(STEPS) if step_t == t]
+    for name, column in fast._asdict().items():
+        expected = getattr(walked, name)[rows]
+        assert column.dtype == expected.dtype and column.shape == expected.shape, name
+        np.testing.assert_array_equal(column, expected, err_msg=name)
+
+
 def test_three_step_transitions():
     tr = transitions_from_rollout(_rollout(), n_step=3, gamma=GAMMA)
     expected_rewards = [

@@ -46,7 +46,7 @@ from rltrainer.algorithms.trainable import (
 )
 from rltrainer.algorithms.trial_folder import TrialFolder
 from rltrainer.core.cluster import algorithm_bundles, release
-from rltrainer.core.learner import Learner, make_learner
+from rltrainer.core.learner import Learner, make_learner, plain_stats
 from rltrainer.core.learner_group import LearnerGroup
 from rltrainer.core.torch_compile import check_compile_settings
 from rltrainer.env.env_runner import EpisodeStats, Rollout
@@ -289,6 +289,7 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
             if parallel is not None:
                 parallel.finish()  # an "auto" evaluation ends with the training step
             self._driver_weights.mark_synced()
+        stats = plain_stats(stats)  # (computed now: only the last update's are reported)
         self.counters.training_iteration += 1
         self.counters.episodes_total += len(self._iteration_episodes)
         self.counters.time_total_s += elapsed

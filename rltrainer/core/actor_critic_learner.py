@@ -86,17 +86,22 @@ class ActorCriticLearner(Learner):
     def step(
         self,
         name: str,
-        loss: torch.Tensor,
+        loss: torch.Tensor | Callable[[], torch.Tensor],
         inputs: list[torch.Tensor] | None = None,
         gradients: Callable[[], None] | None = None,
+        finite: torch.Tensor | None = None,
     ) -> bool:
         """One gradient step of part ``name`` on ``loss``; False when a non-finite loss was
         skipped (``on_nonfinite="skip_batch"``). ``inputs``: accumulate gradients only into
         these (the actor's loss backpropagates through a critic without touching its weights).
         ``gradients``: writes the part's whole gradient itself (hand-written, see
-        ``FastMLP.backward``) instead of autograd's ``loss.backward()``."""
+        ``FastMLP.backward``) instead of autograd's ``loss.backward()``. ``finite``: a cheaper
+        tensor to check, finite exactly when the loss is; ``loss`` may then be a function that
+        computes it (only for the message)."""
         self._stepping = name
-        if not self.loss_is_finite(loss, lambda: {f"{name}_loss": float(loss)}):
+        value = loss if callable(loss) else lambda: loss
+        checked = loss if finite is None else finite
+        if not self.loss_is_finite(checked, lambda: {f"{name}_loss": float(value())}):
             return False
         params = self.params[name]
         if gradients is not None:
@@ -112,17 +117,22 @@ class ActorCriticLearner(Learner):
     def current_lr(self) -> float:
         return self.optimizers[self._stepping].lr
 
-    def set_td_errors(self, td_errors: torch.Tensor) -> None:
+    def set_td_errors(self, td_errors: torch.Tensor, first_critics: bool = False) -> None:
         """Keep the batch's TD errors for the replay buffer's priorities; ``last_td_errors``
-        converts them when read (uniform replay never reads them)."""
-        self._td_errors, self._td_errors_numpy = td_errors.detach(), None
+        converts them when read (uniform replay never reads them). ``first_critics``: they are
+        the first critic's of ``td_errors`` (``[critics, B, ...]``, tensors without autograd),
+        taken when read as well."""
+        self._td_errors_numpy = None
+        self._td_errors = td_errors if first_critics else td_errors.detach()
+        self._td_first_critics = first_critics
 
     @property
     def last_td_errors(self) -> np.ndarray:
         """The last batch's TD errors as numpy (0 where not finite, so a skipped step leaves no
         NaN priorities)."""
         if self._td_errors_numpy is None:
-            errors = torch.nan_to_num(self._td_errors, nan=0.0, posinf=0.0, neginf=0.0)
+            errors = self._td_errors[0].reshape(-1) if self._td_first_critics else self._td_errors
+            errors = torch.nan_to_num(errors, nan=0.0, posinf=0.0, neginf=0.0)
             self._td_errors_numpy = errors.cpu().numpy()
         return self._td_errors_numpy
 

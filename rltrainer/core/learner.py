@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -29,6 +29,47 @@ logger = logging.getLogger(__name__)
 ADAM_EPS = 1e-5  # SB3's and CleanRL's Adam epsilon for on-policy training.
 
 
+class DeferredStats(Mapping[str, float]):
+    """Learner stats computed when first read: a learner that updates once per env step (DDPG,
+    TD3) returns these, and only the iteration's last update's are ever read (``Algorithm.step``
+    reports them as plain dicts, see ``plain_stats``). ``compute`` must read only tensors the
+    later updates do not write to."""
+
+    __slots__ = ("_compute", "_values")
+
+    def __init__(self, compute: Callable[[], dict[str, float]]) -> None:
+        self._compute: Callable[[], dict[str, float]] | None = compute
+        self._values: dict[str, float] | None = None
+
+    def _read(self) -> dict[str, float]:
+        if self._values is None:
+            self._values = self._compute()
+            self._compute = None
+        return self._values
+
+    def __getitem__(self, key: str) -> float:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __repr__(self) -> str:
+        return f"DeferredStats({self._read()!r})"
+
+
+def plain_stats(stats: Any) -> Any:
+    """``stats`` (a learner's, or ``{policy id: a learner's}``) with ``DeferredStats`` computed
+    into plain dicts."""
+    if isinstance(stats, DeferredStats):
+        return dict(stats)
+    if isinstance(stats, dict) and any(isinstance(value, DeferredStats) for value in stats.values()):
+        return {key: plain_stats(value) for key, value in stats.items()}
+    return stats
+
+
 class Learner:
     """Trains ``module`` (built by the policy) on batches; subclasses implement ``update``."""
 
@@ -42,6 +83,7 @@ class Learner:
         self.config = config
         apply_debugging(config)  # log level; in a learner actor also the seeds (minibatch order)
         self.device = torch.device(device)
+        self._on_cpu = self.device.type == "cpu"  # batches need no copy to the device
         self.module = module.to(self.device)
         # What the loss calls: the module itself, or its DistributedDataParallel wrapper.
         self.train_module: nn.Module = self.module
@@ -66,7 +108,8 @@ class Learner:
     def update(self, rollouts: Any, timestep: int) -> dict[str, float]:
         """Build a train batch from the env runners' rollouts and update on it."""
         batch, extra = self.on_learn_on_batch(self.build_batch(rollouts))
-        return {**self.update_from_batch(batch, timestep), **extra}
+        stats = self.update_from_batch(batch, timestep)
+        return {**stats, **extra} if extra else stats
 
     def stack_key(self) -> Hashable | None:
         """Learners of several policies with equal keys are updated together by
@@ -202,7 +245,8 @@ class Learner:
         array = np.ascontiguousarray(array)
         if not array.flags.writeable:  # e.g. from Ray's object store
             array = array.copy()
-        return torch.from_numpy(array).to(self.device)
+        tensor = torch.from_numpy(array)
+        return tensor if self._on_cpu else tensor.to(self.device)
 
     # --- weights and state ----------------------------------------------------------------
     def get_weights(self) -> dict[str, torch.Tensor]:

@@ -216,6 +216,7 @@ class TwinMLP:
             return t.detach().as_strided((2, *t.shape), (distance, *t.stride()))
 
         self.weights = [stacked(w) for w, _ in first.params]  # [2, out, in]
+        self.weights_t = [w.transpose(1, 2) for w in self.weights]  # [2, in, out], views as well
         self.biases = [stacked(b).unsqueeze(1) for _, b in first.params]  # [2, 1, out]
         self.grads: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         grads = [p.grad for pair in first.params for p in pair]
@@ -240,8 +241,8 @@ class TwinMLP:
         """``FastMLP.forward_saved`` of both on ``x`` (``[B, in]``): ``[2, B, ...]`` outputs."""
         x = x.expand(2, *x.shape)
         saved = [x]
-        for weight, bias, activate in zip(self.weights, self.biases, self.activate, strict=True):
-            x = torch.baddbmm(bias, x, weight.transpose(1, 2))
+        for weight_t, bias, activate in zip(self.weights_t, self.biases, self.activate, strict=True):
+            x = torch.baddbmm(bias, x, weight_t)
             if activate:
                 x = _IN_PLACE[self.activation](x)
             saved.append(x)

@@ -119,6 +119,7 @@ class EnvRunner(RunnerEnvs, EnvRunnerCore):
         self._ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self._episodes: list[EpisodeStats] = []
         self._recreated: np.ndarray | None = None  # envs recreated after a crash in the last step
+        self._taken: _Step | None = None  # a step taken for the next fragment (_one_step_rollout)
         self._guard = FiniteGuard(
             config.on_nonfinite,
             worker_index,
@@ -162,7 +163,7 @@ class EnvRunner(RunnerEnvs, EnvRunnerCore):
         while True:
             try:
                 with sampling_threads(self.config):
-                    rollout = self._rollout(steps, explore, complete_episodes=complete)
+                    rollout = self._fragment(steps, explore, complete)
             except EnvStepError as err:
                 failures += 1
                 tolerance = self.config.num_consecutive_env_runner_failures_tolerance
@@ -307,6 +308,60 @@ class EnvRunner(RunnerEnvs, EnvRunnerCore):
             self._tracker.postprocess(batch, last_obs)
         return Rollout(**batch, last_obs=last_obs)
 
+    def _fragment(self, num_steps: int, explore: bool, complete_episodes: bool) -> Rollout:
+        """``_rollout``, or ``_one_step_rollout`` where it applies."""
+        if (
+            num_steps == 1
+            and not complete_episodes
+            and self._obs is not None
+            and self._tracker is None
+            and self._recurrent is None
+        ):
+            return self._one_step_rollout(explore)
+        return self._rollout(num_steps, explore, complete_episodes=complete_episodes)
+
+    def _one_step_rollout(self, explore: bool) -> Rollout:
+        """``_rollout``'s one-step fragment (no episode callbacks, no recurrent state): a step
+        valid in every env makes it without the loop and the stacking (docs/design/sampling.md:
+        the columns are views of the step's arrays, ``T = 1``); any other is the loop's first."""
+        step = self._step(explore, True)  # (update_filter: a training fragment's)
+        if self._recreated is not None or not step.valid.all():  # an env resets: it needs a second step
+            self._taken = step
+            return self._rollout(1, explore)
+        last_obs = self._observe(update_filter=False)
+        batch: dict[str, Any] = {name: column[None] for name, column in zip(_Step._fields, step, strict=True)}
+        if self._guard.end_fragment():  # NaN/inf seen with on_nonfinite="skip_batch": no step counts
+            batch["valid"] = np.zeros_like(batch["valid"])
+        raw_rewards = batch["rewards"].astype(np.float32, copy=False)
+        valid, dones = batch["valid"], step.terminateds | step.truncateds
+        if compiled.for_batch(self.num_envs) is None:
+            ended = self._close_one_step(raw_rewards[0], valid[0], dones)
+        else:
+            ended = self._close_episodes(raw_rewards, valid, dones[None])
+        self._episodes.extend(episode for _, episode in ended)
+        batch["rewards"] = self.clip_rewards(raw_rewards)
+        return Rollout(**batch, last_obs=last_obs)
+
+    def _close_one_step(
+        self, rewards: np.ndarray, valid: np.ndarray, dones: np.ndarray
+    ) -> list[tuple[int, EpisodeStats]]:
+        """``_close_episodes`` of one step (``[N]`` arrays): the same float64 running sums."""
+        returns = np.where(valid, rewards, 0.0) + self._ep_return
+        lengths = self._ep_len + valid
+        ended = np.flatnonzero(dones)
+        reported = ended[valid[ended]]
+        episodes = list(
+            zip(
+                reported.tolist(),
+                map(EpisodeStats, returns[reported].tolist(), lengths[reported].tolist()),
+                strict=True,
+            )
+        )
+        returns[ended] -= returns[ended]  # an ended episode's sums start again (as _close_episodes)
+        lengths[ended] -= lengths[ended]
+        self._ep_return, self._ep_len = returns, lengths
+        return episodes
+
     @staticmethod
     def _drop_crashed_episodes(
         columns: dict[str, list[np.ndarray]], envs: np.ndarray, steps_taken: np.ndarray | None
@@ -326,7 +381,11 @@ class EnvRunner(RunnerEnvs, EnvRunnerCore):
 
         Only what the next step depends on happens here (the hot path of sampling);
         episode returns and lengths are summed per rollout by ``_close_episodes``.
+        A step ``_one_step_rollout`` took and handed on (``_taken``) is returned as this one.
         """
+        if self._taken is not None:
+            step, self._taken = self._taken, None
+            return step
         flat = self._observe(update_filter)
         if self._recurrent is None:
             out = self.policy.compute(flat, explore)

@@ -63,8 +63,18 @@ def transitions_from_rollout(rollout: RolloutLike, n_step: int, gamma: float) ->
     is carried between fragments and no transition is dropped. Invalid (reset) steps neither
     become transitions nor enter a window.
     """
+    valid = np.asarray(rollout.valid, dtype=bool)
+    if n_step == 1 and len(valid) == 1 and valid.all():  # a one-step fragment: its row per env as is
+        return Transitions(
+            obs=rollout.obs[0],
+            actions=rollout.actions[0],
+            rewards=rollout.rewards[0].astype(np.float32),
+            next_obs=rollout.last_obs,
+            terminateds=rollout.terminateds[0].astype(np.float32),
+            discounts=np.full(valid.shape[1], gamma, dtype=np.float32),
+        )
     all_obs = np.concatenate([rollout.obs, rollout.last_obs[None]], axis=0)  # all_obs[t + 1]: after step t
-    t_idx, env_idx = np.nonzero(np.asarray(rollout.valid, dtype=bool))
+    t_idx, env_idx = np.nonzero(valid)
     if n_step == 1:  # each window is its own step: the same transitions without the window walk
         return Transitions(
             obs=rollout.obs[t_idx, env_idx],

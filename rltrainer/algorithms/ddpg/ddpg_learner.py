@@ -9,13 +9,16 @@ policy smoothing (``smooth_target_policy``). The same step does both; the config
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from rltrainer.algorithms.ddpg.ddpg_config import DDPGConfig
 from rltrainer.core.actor_critic_learner import ActorCriticLearner, ActorCriticModule, freeze_as_target, min_q
+from rltrainer.core.learner import DeferredStats
 from rltrainer.core.models import ContinuousQ, PolicyMLP, TargetCopy, TwinMLP
 from rltrainer.utils.replay_buffers import ReplayBatch
 
@@ -88,7 +91,7 @@ class DDPGLearner(ActorCriticLearner):
         m, cfg = self.module, self.config
         return {"actor": (m.pi, cfg.actor_lr), "critic": (nn.ModuleList(m.critics()), cfg.critic_lr)}
 
-    def update_from_batch(self, batch: ReplayBatch, timestep: int) -> dict[str, float]:
+    def update_from_batch(self, batch: ReplayBatch, timestep: int) -> DeferredStats:
         if self._by_hand:
             return self._update_by_hand(batch, timestep)
         cfg, m, b = self.config, self.module, batch
@@ -130,18 +133,33 @@ class DDPGLearner(ActorCriticLearner):
         self.critic_target.update(self.params["critic"].data, self.config.tau)
         self.last_target_update = timestep
 
-    def _stats(self, critic_loss: torch.Tensor, q1: torch.Tensor) -> dict[str, float]:
-        stats = [critic_loss, self._last_actor_loss, q1.mean(), *reversed(torch.aminmax(q1))]
-        return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
+    def _stats(
+        self, critic_loss: torch.Tensor | Callable[[], torch.Tensor], q1: torch.Tensor
+    ) -> DeferredStats:
+        """The update's stats, computed when read (an iteration reports only its last update's):
+        ``critic_loss`` (or the function computing it), ``q1`` and the last actor loss are
+        tensors no later update writes to."""
+        actor_loss = self._last_actor_loss  # (or the function computing it)
+
+        def compute() -> dict[str, float]:
+            losses = [loss() if callable(loss) else loss for loss in (critic_loss, actor_loss)]
+            stats = [*losses, q1.mean(), *reversed(torch.aminmax(q1))]
+            return dict(zip(self.STAT_KEYS, torch.stack(stats).tolist(), strict=True))
+
+        return DeferredStats(compute)
 
     @torch.no_grad()
-    def _update_by_hand(self, b: ReplayBatch, timestep: int) -> dict[str, float]:
+    def _update_by_hand(self, b: ReplayBatch, timestep: int) -> DeferredStats:
         """``update_from_batch``'s losses and steps with hand-written gradients (plain MLPs:
         ``FastMLP.forward_saved`` and ``FastMLP.backward``), no autograd graph."""
         cfg, m = self.config, self.module
         obs, next_obs = self.to_tensor(b.obs), self.to_tensor(b.next_obs)
-        rewards, weights = self.to_tensor(b.rewards), self.to_tensor(b.weights)
-        bootstrap = self.to_tensor(b.discounts * (1.0 - b.terminateds))
+        # rewards, weights and bootstraps as [B, 1] columns, the critics' output shape
+        rewards, weights = (
+            self.to_tensor(np.reshape(b.rewards, (-1, 1))),
+            self.to_tensor(np.reshape(b.weights, (-1, 1))),
+        )
+        bootstrap = self.to_tensor(np.reshape(b.discounts * (1.0 - b.terminateds), (-1, 1)))
         actions = self.to_tensor(b.actions)
         batch_size = obs.shape[0]
 
@@ -157,21 +175,32 @@ class DDPGLearner(ActorCriticLearner):
             twin, twin_target = self._twins
             next_q = twin_target(next_inputs).amin(0)
             saved = twin.forward_saved(inputs)
-            q_values = saved[-1].squeeze(-1)
+            q_values = saved[-1]
         else:
             next_q = [q._run(next_inputs) for q in m.target_critics()]
             next_q = next_q[0] if len(next_q) == 1 else torch.minimum(next_q[0], next_q[1])
             saved = [q._run.forward_saved(inputs) for q in m.critics()]
-            q_values = torch.stack([s[-1].squeeze(-1) for s in saved])
-        q_target = torch.addcmul(rewards, bootstrap, next_q.squeeze(-1))
-        errors = q_values - q_target  # [critics, B]
-        critic_loss = (weights * self._td_loss(errors)).mean(-1).sum()
-        if cfg.l2_reg > 0:
-            critic_loss = critic_loss + cfg.l2_reg * sum(w.pow(2).sum() for w in self._critic_weights)
+            q_values = torch.stack([s[-1] for s in saved])
+        q_target = torch.addcmul(rewards, bootstrap, next_q)
+        errors = q_values - q_target  # [critics, B, 1]
+
+        def critic_loss_of() -> torch.Tensor:
+            loss = (weights * self._td_loss(errors)).mean(1).sum()
+            if cfg.l2_reg > 0:
+                loss = loss + cfg.l2_reg * sum(w.pow(2).sum() for w in self._critic_weights)
+            return loss
+
+        # The squared errors' sum is finite exactly when the squared-error loss is: one op to
+        # check instead of five, the loss itself computed only when reported (DeferredStats).
+        finite, critic_loss = None, critic_loss_of
+        if cfg.use_huber or cfg.l2_reg > 0:
+            critic_loss = critic_loss_of()
+        else:
+            finite = torch.dot(errors.reshape(-1), errors.reshape(-1))
 
         def critic_gradients() -> None:
             td_grad = errors if not cfg.use_huber else errors.clamp(-cfg.huber_threshold, cfg.huber_threshold)
-            grads = (weights * td_grad).div_(batch_size).unsqueeze_(-1)  # d loss / d Q: [critics, B, 1]
+            grads = (weights * td_grad).div_(batch_size)  # d loss / d Q: [critics, B, 1]
             if self._twins is not None:
                 self._twins[0].backward(saved, grads)
             else:
@@ -180,7 +209,7 @@ class DDPGLearner(ActorCriticLearner):
             for w in self._critic_weights if cfg.l2_reg > 0 else ():
                 w.grad.add_(w, alpha=2.0 * cfg.l2_reg)
 
-        self.step("critic", critic_loss, gradients=critic_gradients)
+        self.step("critic", critic_loss, gradients=critic_gradients, finite=finite)
         self.num_critic_updates += 1
 
         # --- actor (every policy_delay critic steps): maximize Q1(s, pi(s)); then the targets
@@ -188,7 +217,7 @@ class DDPGLearner(ActorCriticLearner):
             pi_saved = m.pi._run.forward_saved(obs)
             pi_actions = torch.tanh(pi_saved[-1])
             q1_saved = m.q1._run.forward_saved(torch.cat([obs, pi_actions], dim=-1))
-            actor_loss = q1_saved[-1].mean().neg_()
+            q1_mean = q1_saved[-1].mean()  # the actor's loss is its negative (taken when read)
 
             def actor_gradients() -> None:
                 grad = torch.full_like(q1_saved[-1], -1.0 / batch_size)
@@ -196,12 +225,12 @@ class DDPGLearner(ActorCriticLearner):
                 grad = torch.ops.aten.tanh_backward.default(grad[:, obs.shape[1] :], pi_actions)
                 m.pi._run.backward(pi_saved, grad)
 
-            self.step("actor", actor_loss, gradients=actor_gradients)
-            self._last_actor_loss = actor_loss
+            self.step("actor", q1_mean.neg, gradients=actor_gradients, finite=q1_mean)
+            self._last_actor_loss = q1_mean.neg
             if timestep - self.last_target_update >= cfg.target_network_update_freq:
                 self.update_targets(timestep)
 
-        self.set_td_errors(errors[0])
+        self.set_td_errors(errors, first_critics=True)
         return self._stats(critic_loss, q_values[0])
 
     def _td_loss(self, error: torch.Tensor) -> torch.Tensor:
