@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.ppo import PPOConfig, stacked_update
 from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, PPOLearner
 from rltrainer.core.learner import make_learner
@@ -191,3 +192,15 @@ def test_policies_that_do_not_qualify_update_alone_as_before() -> None:
         torch.testing.assert_close(
             made[pid].flat_params.data, reference[pid].flat_params.data, rtol=1e-5, atol=1e-6
         )
+
+
+class SeesEachBatch(DefaultCallbacks):
+    def on_learn_on_batch(self, *, policy, train_batch, result, **kwargs) -> None:  # noqa: ARG002
+        result["rows_seen"] = len(train_batch.obs)
+
+
+def test_a_learner_with_an_on_learn_on_batch_callback_updates_alone() -> None:
+    """The callback sees each policy's own train batch, as without stacking."""
+    plain, seen = learners([config(), config().callbacks(SeesEachBatch)])
+    assert stacked_update.stack_key(plain) is not None
+    assert stacked_update.stack_key(seen) is None

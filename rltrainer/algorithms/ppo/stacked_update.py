@@ -46,7 +46,7 @@ STAT_NAMES = ("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss
 def stack_key(learner: PPOLearner) -> Hashable | None:
     """What ``learner`` may be stacked by (equal keys: one stack), or ``None``: it updates
     alone (not ``PPOLearner`` itself, another network than the plain actor-critic MLP, several
-    learners, a compiled loss, an LSTM)."""
+    learners, a compiled loss, an LSTM, an ``on_learn_on_batch`` callback)."""
     from rltrainer.algorithms.ppo.ppo_learner import PPOLearner
 
     module, cfg = learner.module, learner.config
@@ -66,6 +66,7 @@ def stack_key(learner: PPOLearner) -> Hashable | None:
         and not module._run_pi.activate[-1]
         and not module._run_vf.activate[-1]
         and learner.optimizer._fused_step is None
+        and not learner._calls_learn_hook  # on_learn_on_batch sees each policy's own batch
     ):
         return None
     flat = learner.flat_params
