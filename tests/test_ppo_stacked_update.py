@@ -202,5 +202,16 @@ class SeesEachBatch(DefaultCallbacks):
 def test_a_learner_with_an_on_learn_on_batch_callback_updates_alone() -> None:
     """The callback sees each policy's own train batch, as without stacking."""
     plain, seen = learners([config(), config().callbacks(SeesEachBatch)])
-    assert stacked_update.stack_key(plain) is not None
-    assert stacked_update.stack_key(seen) is None
+    assert plain.stack_key() is not None
+    assert seen.stack_key() is None
+
+
+def test_a_subclass_of_the_learner_updates_alone() -> None:
+    """A subclass may change the loss: it is never stacked."""
+
+    class OwnLoss(PPOLearner):
+        pass
+
+    (plain,) = learners([config()])
+    plain.__class__ = OwnLoss
+    assert plain.stack_key() is None

@@ -16,8 +16,8 @@ import torch
 
 from rltrainer.algorithms.a2c.a2c_config import A2CConfig
 from rltrainer.algorithms.pg.pg_learner import PGLearner
-from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, explained_variance
 from rltrainer.algorithms.ppo.sequences import RecurrentPPOBatch
+from rltrainer.algorithms.ppo.train_batch import PPOBatch, explained_variance
 
 
 class A2CLearner(PGLearner):

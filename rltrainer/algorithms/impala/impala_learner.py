@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from rltrainer.algorithms.impala.impala_config import IMPALAConfig
-from rltrainer.algorithms.ppo.ppo_learner import explained_variance
+from rltrainer.algorithms.ppo.train_batch import explained_variance
 from rltrainer.core.learner import Learner
 from rltrainer.core.torch_compile import LossCoefficient
 from rltrainer.env.env_runner import Rollout

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from rltrainer.algorithms.marwil.marwil_config import MARWILConfig
-from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, PPOLearner, explained_variance
+from rltrainer.algorithms.ppo.ppo_learner import PPOLearner
+from rltrainer.algorithms.ppo.train_batch import PPOBatch, explained_variance
 from rltrainer.core.learner import Learner
 from rltrainer.env.env_runner import Rollout
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -11,21 +11,11 @@ import torch
 from rltrainer.algorithms.ppo import manual_gradients
 from rltrainer.algorithms.ppo.ppo_config import PPOConfig
 from rltrainer.algorithms.ppo.sequences import RecurrentPPOBatch, concatenate, sequence_batch
+from rltrainer.algorithms.ppo.train_batch import PPOBatch, explained_variance
 from rltrainer.core.learner import Learner
 from rltrainer.core.torch_compile import LossCoefficient
 from rltrainer.env.env_runner import Rollout
 from rltrainer.utils.postprocessing import compute_gae
-
-
-class PPOBatch(NamedTuple):
-    """A train batch; flat arrays (numpy from env runners, tensors inside the learner)."""
-
-    obs: Any
-    actions: Any
-    action_logp: Any
-    vf_preds: Any
-    advantages: Any
-    value_targets: Any
 
 
 class PPOLearner(Learner):
@@ -111,7 +101,10 @@ class PPOLearner(Learner):
         )
 
     def stack_key(self) -> Hashable | None:
-        # Policies of one architecture update together (multi-agent only: imported on first use).
+        # Policies of one architecture update together (multi-agent only: imported on first use);
+        # a subclass may change the loss, so it updates alone.
+        if type(self) is not PPOLearner:
+            return None
         from rltrainer.algorithms.ppo import stacked_update
 
         return stacked_update.stack_key(self)
@@ -269,9 +262,3 @@ class PPOLearner(Learner):
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.kl_coeff = float(state.get("kl_coeff", self.kl_coeff))
-
-
-def explained_variance(predictions: np.ndarray, targets: np.ndarray) -> float:
-    """1 - Var[targets - predictions] / Var[targets]; 1 is perfect, <= 0 is no better than a constant."""
-    var = float(np.var(targets))
-    return float("nan") if var == 0 else 1.0 - float(np.var(targets - predictions)) / var

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rltrainer.algorithms.ppo.manual_gradients import ACTIVATION_BACKWARD
+from rltrainer.algorithms.ppo.train_batch import PPOBatch, explained_variance
 from rltrainer.core.distributions import Categorical
 from rltrainer.core.models import ACTIVATION_FNS, ActorCritic
 
 if TYPE_CHECKING:
-    from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, PPOLearner
+    from rltrainer.algorithms.ppo.ppo_learner import PPOLearner
 
 #: The update settings policies of one stack share (the learning rate and the adaptive KL
 #: coefficient may differ: they are per-policy values of each step).
@@ -45,14 +46,12 @@ STAT_NAMES = ("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss
 
 def stack_key(learner: PPOLearner) -> Hashable | None:
     """What ``learner`` may be stacked by (equal keys: one stack), or ``None``: it updates
-    alone (not ``PPOLearner`` itself, another network than the plain actor-critic MLP, several
-    learners, a compiled loss, an LSTM, an ``on_learn_on_batch`` callback)."""
-    from rltrainer.algorithms.ppo.ppo_learner import PPOLearner
-
+    alone (another network than the plain actor-critic MLP, several learners, a compiled loss,
+    an LSTM, an ``on_learn_on_batch`` callback). ``learner`` is a ``PPOLearner`` itself, not a
+    subclass (``PPOLearner.stack_key`` checks: this module does not import it)."""
     module, cfg = learner.module, learner.config
     if not (
-        type(learner) is PPOLearner
-        and type(module) is ActorCritic
+        type(module) is ActorCritic
         and learner.dist_class is Categorical
         and learner.train_module is module
         and learner.world_size == 1
@@ -157,8 +156,6 @@ class _Stack:
 
     # --- the update ----------------------------------------------------------------------
     def update(self, batches: list[PPOBatch], timestep: int) -> list[dict[str, float]]:
-        from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, explained_variance
-
         cfg = self.config
         lrs = [learner.set_lr_for(timestep) for learner in self.learners]
         kl_coeffs = [learner.kl_coeff for learner in self.learners]
