@@ -154,3 +154,25 @@ def test_learners_that_cannot_be_placed_again_time_out_with_a_message():
 class _Sleeper:
     def ready(self) -> bool:
         return True
+
+
+def test_a_result_lost_with_its_learners_node_counts_as_that_learners_death(monkeypatch) -> None:
+    """A large result lives in its learner node's object store and actor calls are not retried:
+    when the node goes (a learner Pod killed) the driver gets ``ObjectLostError`` where a dead
+    actor gives ``RayActorError``. Both mean: replace the learners (seen in the journey on Pods,
+    where it failed the driver). Ray's calls are stubbed here: the node's loss itself is what
+    ``tests/node``'s journey does."""
+    import ray
+    from ray.exceptions import ObjectReconstructionFailedError
+
+    from rltrainer.core import learner_group
+
+    lost = ObjectReconstructionFailedError("ab" * 14, call_site="update_from_batch")
+    monkeypatch.setattr(ray, "wait", lambda pending, **_: (pending[:1], pending[1:]))
+
+    def get(_ref, **_):
+        raise lost
+
+    monkeypatch.setattr(ray, "get", get)
+    with pytest.raises(learner_group._LearnerDiedError, match="Failed to retrieve object"):
+        learner_group.LearnerGroup._get(None, ["ref"])

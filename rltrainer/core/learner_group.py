@@ -252,8 +252,11 @@ class LearnerGroup:
     def _get(self, refs: list[Any], timeout_s: float | None = None) -> list[Any]:
         """The values of ``refs`` (learner calls), or the first failure as soon as it is known."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import ObjectLostError, RayActorError
 
+        # A call's result lost with its learner's node (a large result lives in that node's
+        # object store, and actor calls are not retried) is that learner's death too.
+        died = (RayActorError, ObjectLostError)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending = list(refs)
         try:
@@ -267,7 +270,7 @@ class LearnerGroup:
                     )
                 try:
                     ray.get(ready[0])
-                except RayActorError:
+                except died:
                     raise
                 except Exception:
                     _raise_first_death(pending)
@@ -275,21 +278,21 @@ class LearnerGroup:
             return ray.get(list(refs))
         except NumericalError as err:  # a non-finite loss: the data or the settings, not the actor
             raise NumericalError(str(getattr(err, "cause", None) or err)) from None
-        except RayActorError as err:
+        except died as err:
             raise _LearnerDiedError(str(err).strip().splitlines()[0]) from None
 
 
 def _raise_first_death(pending: list[Any]) -> None:
-    """Raise ``RayActorError`` if one of ``pending`` learner calls ends that way within
-    ``DEATH_GRACE_S`` (a learner's error that is a consequence of a peer's death)."""
+    """Raise ``RayActorError`` (or ``ObjectLostError``) if one of ``pending`` learner calls ends
+    that way within ``DEATH_GRACE_S`` (a learner's error that is a consequence of a peer's death)."""
     import ray
-    from ray.exceptions import RayActorError
+    from ray.exceptions import ObjectLostError, RayActorError
 
     ready, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S) if pending else ([], [])
     for ref in ready:
         try:
             ray.get(ref)
-        except RayActorError:
+        except (RayActorError, ObjectLostError):
             raise
         except Exception:  # noqa: S112 - the first learner's own error is the one reported
             continue

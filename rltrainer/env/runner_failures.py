@@ -138,7 +138,7 @@ class RunnerFailures:
         """``(the value of a finished call, None)``, or ``(None, why the runner failed)``. Errors
         of the user's callbacks and non-finite env data are raised: restarting would not help."""
         import ray
-        from ray.exceptions import RayActorError, RayTaskError
+        from ray.exceptions import ObjectLostError, RayActorError, RayTaskError
 
         try:
             return ray.get(ref), None
@@ -148,6 +148,8 @@ class RunnerFailures:
             raise NumericalError(str(getattr(err, "cause", None) or err)) from None
         except RayActorError as err:
             return None, f"died during {what}: {_first_line(err)}"
+        except ObjectLostError as err:  # its result lost with its node: the runner's node is gone
+            return None, f"lost its result of {what} with its node: {_first_line(err)}"
         except RayTaskError as err:
             return None, f"raised during {what}: {_first_line(err.cause if err.cause else err)}"
 
