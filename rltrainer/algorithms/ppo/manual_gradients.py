@@ -33,9 +33,10 @@ ACTIVATION_BACKWARD = {
 }
 
 
-def applies(learner: PPOLearner) -> bool:
-    """Whether ``learner``'s network and settings are those written out here (its class checks
-    that its loss is ``PPOLearner``'s own)."""
+def plain_actor_critic(learner: PPOLearner) -> bool:
+    """Whether ``learner`` trains the plain actor-critic MLP whose backward pass is written out
+    (in one process, no LSTM, compiled loss, hooks or free log-std): this module's and the
+    stacked multi-agent update's common ground."""
     module, cfg = learner.module, learner.config
     return (
         type(module) is ActorCritic
@@ -44,8 +45,6 @@ def applies(learner: PPOLearner) -> bool:
         and learner.world_size == 1
         and not learner.recurrent
         and not cfg.torch_compile_learner
-        and cfg.entropy_coeff == 0
-        and cfg.kl_coeff == 0
         and module.trunk is None
         and not module.free_log_std
         and module.activation in ACTIVATION_BACKWARD
@@ -53,7 +52,18 @@ def applies(learner: PPOLearner) -> bool:
         and not module._forward_pre_hooks
         and not module._run_pi.activate[-1]
         and not module._run_vf.activate[-1]
-        and all(p.requires_grad and p.grad is not None for p in module.parameters())
+    )
+
+
+def applies(learner: PPOLearner) -> bool:
+    """Whether ``learner``'s network and settings are those written out here (its class checks
+    that its loss is ``PPOLearner``'s own)."""
+    cfg = learner.config
+    return (
+        plain_actor_critic(learner)
+        and cfg.entropy_coeff == 0
+        and cfg.kl_coeff == 0
+        and all(p.requires_grad and p.grad is not None for p in learner.module.parameters())
     )
 
 

@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rltrainer.algorithms.ppo.manual_gradients import ACTIVATION_BACKWARD
+from rltrainer.algorithms.ppo.manual_gradients import ACTIVATION_BACKWARD, plain_actor_critic
 from rltrainer.algorithms.ppo.train_batch import PPOBatch, explained_variance
-from rltrainer.core.distributions import Categorical
-from rltrainer.core.models import ACTIVATION_FNS, ActorCritic
+from rltrainer.core.models import ACTIVATION_FNS
 
 if TYPE_CHECKING:
     from rltrainer.algorithms.ppo.ppo_learner import PPOLearner
@@ -51,19 +50,7 @@ def stack_key(learner: PPOLearner) -> Hashable | None:
     subclass (``PPOLearner.stack_key`` checks: this module does not import it)."""
     module, cfg = learner.module, learner.config
     if not (
-        type(module) is ActorCritic
-        and learner.dist_class is Categorical
-        and learner.train_module is module
-        and learner.world_size == 1
-        and not learner.recurrent
-        and not cfg.torch_compile_learner
-        and module.trunk is None
-        and not module.free_log_std
-        and module.activation in ACTIVATION_BACKWARD
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-        and not module._run_pi.activate[-1]
-        and not module._run_vf.activate[-1]
+        plain_actor_critic(learner)
         and learner.optimizer._fused_step is None
         and not learner._calls_learn_hook  # on_learn_on_batch sees each policy's own batch
     ):
