@@ -24,7 +24,7 @@ from rltrainer.algorithms import Algorithm
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.env import register_env
 from rltrainer.errors import ConfigError, ResourceError, WorkerError
-from tests.ray_clusters import checkout_on_pythonpath
+from tests.ray_clusters import checkout_on_pythonpath, kill_actor
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARNER = {"rltrainer_learner": 1}
@@ -220,7 +220,7 @@ def test_dead_env_runner_gives_a_clear_error(tmp_path):
     )
     algo = config.build()
     try:
-        ray.kill(algo.workers.remote_workers[1])
+        kill_actor(algo.workers.remote_workers[1])
         with pytest.raises(WorkerError, match=r"env runner\(s\) \[2\] died"):
             algo.train()
     finally:
@@ -293,7 +293,7 @@ def test_ignored_env_runner_failure_goes_on_without_it(tmp_path):
     config.fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True)
     algo = config.build()
     try:
-        ray.kill(algo.workers.remote_workers[1])
+        kill_actor(algo.workers.remote_workers[1])
         algo.train()
         result = algo.train()
         assert result["num_healthy_env_runners"] == 1

@@ -15,6 +15,7 @@ import pytest
 from rltrainer.algorithms.evaluation_loop import AUTO_ROUND_STEPS, split
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.errors import ConfigError
+from tests.ray_clusters import kill_actor
 
 FIXED_LENGTH = "tests.envs:FixedLengthEnv"
 
@@ -202,8 +203,6 @@ def test_evaluation_interval_zero_never_evaluates(tmp_path):
 
 @pytest.mark.usefixtures("local_ray")
 def test_remote_runners_split_the_duration_and_a_crashed_one_is_restarted(tmp_path):
-    import ray
-
     config = (
         tiny_config(tmp_path)
         .env_runners(num_env_runners=1)
@@ -230,7 +229,7 @@ def test_remote_runners_split_the_duration_and_a_crashed_one_is_restarted(tmp_pa
         assert evaluation["num_env_steps_sampled"] == 5 * 7
         assert (evaluation["num_healthy_env_runners"], evaluation["num_env_runner_restarts"]) == (2, 0)
 
-        ray.kill(group.remote_workers[0])
+        kill_actor(group.remote_workers[0])
         result = algo.train()  # training goes on; the evaluation still runs all 5 episodes
         evaluation = result["evaluation"]
         assert evaluation["episodes_this_iter"] == 5

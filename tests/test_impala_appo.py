@@ -18,6 +18,7 @@ from rltrainer.env.env_runner import Rollout
 from rltrainer.errors import ConfigError, WorkerError
 from rltrainer.utils.postprocessing import compute_gae
 from rltrainer.utils.vtrace import vtrace
+from tests.ray_clusters import kill_actor
 
 GAMMA = 0.9
 
@@ -318,15 +319,13 @@ def test_a_straggling_runner_does_not_hold_the_learner_back():
 
 @pytest.mark.usefixtures("local_ray")
 def test_a_killed_runner_is_replaced_while_training_goes_on():
-    import ray
-
     config = remote(APPOConfig).fault_tolerance(
         restart_failed_env_runners=True, delay_between_env_runner_restarts_s=0
     )
     algo = config.build()
     try:
         algo.train()
-        ray.kill(algo.workers.remote_workers[0])
+        kill_actor(algo.workers.remote_workers[0])
         during = algo.train()
         assert during["num_env_steps_trained"] > 0
         after = algo.train()

@@ -32,6 +32,7 @@ from rltrainer.env.multi_agent_examples import (
 )
 from rltrainer.errors import ConfigError, EnvError
 from rltrainer.policy import Policy, PolicySpec
+from tests.ray_clusters import kill_actor
 
 # The two-CartPole tuned example's settings (tuned_examples/ppo_multi_cartpole.yaml).
 TWO_CARTPOLES = dict(
@@ -564,7 +565,7 @@ def test_a_replaced_runner_gets_the_frozen_policies_weights_too(tmp_path):
     algo = config.build()
     try:
         frozen = weights_of(algo.get_policy("p1"))
-        ray.kill(algo.workers.remote_workers[0])
+        kill_actor(algo.workers.remote_workers[0])
         while algo.workers.num_restarts == 0:
             algo.train()
         algo.train()

@@ -9,8 +9,6 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-import ray
-from ray.exceptions import RayActorError
 
 from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.ppo import PPOConfig
@@ -19,6 +17,7 @@ from rltrainer.env.multi_agent_examples import MultiAgentCartPole
 from rltrainer.env.remote_vector_env import RemoteVectorEnv
 from rltrainer.errors import ConfigError, EnvError
 from tests import envs
+from tests.ray_clusters import kill_actor, wait_until_dead
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 
@@ -37,20 +36,6 @@ def tiny_config(tmp_path, env, num_envs: int = 2, **env_runners) -> PPOConfig:
         .reporting(storage_path=str(tmp_path))
         .debugging(seed=0)
     )
-
-
-def assert_dead(actors: list, within_s: float = 30) -> None:
-    """Each actor dies within ``within_s``: ``ray.kill`` is asynchronous, so a call sent just
-    after it may still be served."""
-    deadline = time.monotonic() + within_s
-    for actor in actors:
-        while True:
-            try:
-                ray.get(actor.call.remote("length", (), {}), timeout=within_s)
-            except RayActorError:
-                break
-            assert time.monotonic() < deadline, f"{actor} still answers {within_s} s after the kill"
-            time.sleep(0.1)
 
 
 def test_remote_sub_envs_sample_and_train_exactly_as_local_ones(tmp_path):
@@ -103,7 +88,8 @@ def test_slow_sub_envs_step_in_parallel_in_their_own_processes_and_stop_with_the
     finally:
         algo.stop()
     assert env.closed
-    assert_dead(actors)
+    for actor in actors:
+        wait_until_dead(actor)
 
 
 def test_failing_remote_env_names_the_error_as_a_local_one(tmp_path):
@@ -134,12 +120,13 @@ def test_failed_remote_sub_env_is_recreated_in_its_actor_and_its_episode_dropped
         assert all(r["episode_len_mean"] == 10 for r in results)
         assert all(r["num_env_steps_sampled"] >= 64 for r in results)
         # An actor that dies takes its runner's sub-envs with it: they are all made again.
-        ray.kill(actors[1])
+        kill_actor(actors[1])
         assert algo.train()["num_env_steps_sampled"] >= 64
         assert runner.env is not env and len(runner.env.actors) == 2
     finally:
         algo.stop()
-    assert_dead(actors)
+    for actor in actors:
+        wait_until_dead(actor)
 
 
 def test_remote_vector_env_api_and_a_dead_actor():
@@ -157,7 +144,7 @@ def test_remote_vector_env_api_and_a_dead_actor():
         # Next-step autoreset: env 0 ends at its first step and resets at the second (reward 0).
         assert [s[2][0] for s in steps] == [True, False, True]
         assert [s[1][0] for s in steps] == [1.0, 0.0, 1.0]
-        ray.kill(env.actors[1])
+        kill_actor(env.actors[1])
         with pytest.raises(EnvError, match=r"sub-env 1 \(remote_worker_envs\) failed in step\(\): Actor"):
             env.step(np.array([1, 1]))
     finally:
@@ -217,4 +204,5 @@ def test_remote_env_runner_with_remote_sub_envs(tmp_path):
         assert len(set(pids)) == 2 and runner_pid not in pids and os.getpid() not in pids
     finally:
         algo.stop()
-    assert_dead(actors)  # its runner's stop() closed them
+    for actor in actors:  # its runner's stop() closed them
+        wait_until_dead(actor)
