@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,3 +44,37 @@ def test_a_tuned_file_with_grid_search_runs_one_trial_per_value(tmp_path, capsys
     # The usual tools read a sweep's checkpoints.
     assert main(["checkpoints", "list", str(experiment)]) == 0
     assert main(["evaluate", best, "--episodes", "1"]) == 0
+
+
+class FakeTrial:
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id, self.status = trial_id, "RUNNING"
+
+    def __str__(self) -> str:
+        return f"PPO_{self.trial_id}"
+
+
+def test_progress_names_the_trial_the_summary_names(tmp_path):
+    """Tune's get_best_result judges each trial by its last value (the first trial wins a tie);
+    progress.json did by the best value any iteration had, so the two could disagree."""
+    from rltrainer.tune.sweep import SweepProgress
+
+    progress = SweepProgress(str(tmp_path), None, "env_runners/episode_return_mean", "max")
+    a, b, c = FakeTrial("a"), FakeTrial("b"), FakeTrial("c")
+    trials = [a, b, c]
+
+    def report(trial: FakeTrial, value: float) -> None:
+        progress.on_trial_result(trials, trial, {"env_runners": {"episode_return_mean": value}})
+
+    report(a, 90.0)  # a's best value ...
+    report(b, 40.0)
+    report(c, 60.0)
+    report(a, 20.0)  # ... is not its last
+    report(b, 60.0)  # b ties c: the earlier trial wins
+    report(c, float("nan"))  # c's last value is not finite: it is not judged
+    for trial in trials:
+        progress.on_checkpoint(trials, trial, SimpleNamespace(path=str(tmp_path / trial.trial_id)))
+    progress.on_experiment_end(trials)
+    written = json.loads((tmp_path / "progress.json").read_text())
+    assert (written["best_trial"], written["best_metric"]) == ("PPO_b", 60.0)
+    assert written["best_checkpoint"] == str(tmp_path / "b") and written["finished"] is True

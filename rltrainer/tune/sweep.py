@@ -168,24 +168,32 @@ def _summarize(grid: Any, experiment_uri: str, metric: str, mode: str) -> SweepR
 
 class SweepProgress(Callback):
     """A Tune callback writing ``progress.json`` (trials by state, the best trial) after every
-    result and trial end. A failed write is logged and skipped, as for single runs."""
+    result and trial end. A failed write is logged and skipped, as for single runs.
+
+    The best trial is the one ``ResultGrid.get_best_result(metric, mode)`` returns at the end:
+    each trial judged by the last value of the metric it reported, the earlier trial winning a
+    tie, with its newest checkpoint; so the file and the sweep's summary name the same one."""
 
     def __init__(self, experiment_uri: str, options: dict | None, metric: str, mode: str) -> None:
         self.storage = open_storage(experiment_uri, options)
         self.metric, self.mode = metric, mode
-        self.best: dict[str, Any] = {}
+        self.last_values: dict[str, float] = {}
+        self.checkpoints: dict[str, str] = {}
         self.last_write = 0.0
 
     def on_trial_result(self, trials: list, trial: Any, result: dict, **info: Any) -> None:  # noqa: ARG002
-        self._note_best(trial, result)
+        from rltrainer.results import flatten
+
+        value = flatten(result).get(self.metric)
+        if isinstance(value, int | float):
+            self.last_values[trial.trial_id] = float(value)
         if time.monotonic() - self.last_write > 1.0:
             self._write(trials)
 
     def on_checkpoint(self, trials: list, trial: Any, checkpoint: Any, **info: Any) -> None:  # noqa: ARG002
         from rltrainer.checkpoint_store import checkpoint_uri
 
-        if self.best.get("trial") == trial.trial_id:
-            self.best["checkpoint"] = _as_uri(checkpoint_uri(checkpoint), self.storage.uri)
+        self.checkpoints[trial.trial_id] = _as_uri(checkpoint_uri(checkpoint), self.storage.uri)
         self._write(trials)
 
     def on_trial_complete(self, trials: list, **info: Any) -> None:  # noqa: ARG002
@@ -197,40 +205,30 @@ class SweepProgress(Callback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:  # noqa: ARG002
         self._write(trials, finished=True)
 
-    def _note_best(self, trial: Any, result: dict) -> None:
-        from rltrainer.results import flatten
-
-        value = flatten(result).get(self.metric)
-        if not isinstance(value, int | float) or not math.isfinite(value):
-            return
-        current = self.best.get("value")
-        better = current is None or (value > current if self.mode == "max" else value < current)
-        if better:
-            checkpoint = self.best.get("checkpoint") if self.best.get("trial") == trial.trial_id else None
-            self.best = {
-                "trial": trial.trial_id,
-                "name": str(trial),
-                "value": float(value),
-                "checkpoint": checkpoint,
-            }
-            latest = getattr(trial, "checkpoint", None)
-            if latest is not None:
-                from rltrainer.checkpoint_store import checkpoint_uri
-
-                self.best["checkpoint"] = _as_uri(checkpoint_uri(latest), self.storage.uri)
+    def _best(self, trials: list) -> tuple[Any, float] | None:
+        """The best trial (in ``trials``' order, the first wins a tie) and its last value."""
+        best = None
+        for trial in trials:
+            value = self.last_values.get(trial.trial_id)
+            if value is None or not math.isfinite(value):
+                continue
+            if best is None or (value > best[1] if self.mode == "max" else value < best[1]):
+                best = (trial, value)
+        return best
 
     def _write(self, trials: list, finished: bool = False) -> None:
         states: dict[str, int] = {}
         for trial in trials:
             states[trial.status] = states.get(trial.status, 0) + 1
+        best = self._best(trials)
         progress = {
             "sweep": True,
             "trials": states,
             "metric": self.metric,
             "mode": self.mode,
-            "best_trial": self.best.get("name"),
-            "best_metric": self.best.get("value"),
-            "best_checkpoint": self.best.get("checkpoint"),
+            "best_trial": str(best[0]) if best else None,
+            "best_metric": best[1] if best else None,
+            "best_checkpoint": self.checkpoints.get(best[0].trial_id) if best else None,
             "finished": finished,
             "updated_at": time.time(),
         }
