@@ -35,9 +35,16 @@ def median(values: list[float]) -> float | None:
 VECTOR_ISAS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "avx")
 
 
+#: Environment variables capping the vector instructions: all three set to AVX2 make an
+#: AVX-512 machine compute as an AVX2-only one would (most cloud CPUs).
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+
+
 def machine() -> dict[str, Any]:
     """What a figure was measured on: the CPU's model, its cores and best vector instructions
-    (Linux's /proc/cpuinfo), and ``ONEDNN_MAX_CPU_ISA`` when set (it caps what oneDNN uses)."""
+    (Linux's /proc/cpuinfo), and the caps set on the vector instructions libraries use:
+    ``ONEDNN_MAX_CPU_ISA`` (oneDNN's convolutions), ``ATEN_CPU_CAPABILITY`` (torch's own
+    kernels), ``MKL_ENABLE_INSTRUCTIONS`` (MKL's matrix products)."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -51,8 +58,9 @@ def machine() -> dict[str, Any]:
         pass
     best = next((isa for isa in VECTOR_ISAS if isa in flags), None)
     found = {"cpu": model, "cores": os.cpu_count(), "isa": best}
-    if os.environ.get("ONEDNN_MAX_CPU_ISA"):
-        found["onednn_max_cpu_isa"] = os.environ["ONEDNN_MAX_CPU_ISA"]
+    for cap in ISA_CAPS:
+        if os.environ.get(cap):
+            found[cap.lower()] = os.environ[cap]
     return found
 
 

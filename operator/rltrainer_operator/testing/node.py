@@ -500,8 +500,11 @@ state = "{self.root}/containerd-state"
         self._procs.wait("kubelet", ready, self.ready_timeout_s)
 
     def _advertise(self, capacity: dict[str, str]) -> None:
-        """Extended resources in the node's status (what a device plugin would report)."""
-        patch = {"status": {"capacity": capacity}}
+        """Extended resources in the node's status (what a device plugin would report). Both
+        fields: the kubelet copies capacity to allocatable (what the scheduler reads) only at its
+        next status update, up to 10 s later, and a Pod scheduled before then is refused once
+        (a transient ``Unschedulable`` warning on the experiment)."""
+        patch = {"status": {"capacity": capacity, "allocatable": capacity}}
         self.plane.kubectl_run(
             "patch", "node", self.name, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
         )
