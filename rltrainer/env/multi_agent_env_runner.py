@@ -190,7 +190,7 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
         for pid, members in groups.items():
             if pid in stacked:
                 continue
-            out = self._compute(pid, np.stack([self._rows[i][agent] for i, agent in members]), explore)
+            out = self._compute(pid, np.array([self._rows[i][agent] for i, agent in members]), explore)
             self._act(members, out["env_actions"], out["actions"], out["action_logp"], actions)
         # 2. step every env; what each agent observes next, batched per policy
         observed: dict[str, list[tuple[int, Any, Any]]] = {}
@@ -254,7 +254,8 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
             for pid, _ in entries:
                 members += groups[pid]
                 starts.append(len(members))
-            rows = np.stack([rows_of[i][agent] for i, agent in members])
+            # np.array of equal rows is np.stack at a fifth of its cost for a few rows
+            rows = np.array([rows_of[i][agent] for i, agent in members])
             if rows.dtype != np.float32:  # e.g. a custom filter's float64: compute() takes numpy
                 continue
             policy_actions, logp = stack.compute(rows, starts, [slot for _, slot in entries], explore)
@@ -467,7 +468,7 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
             preprocessor = self.policy_map[pids[0]].preprocessor
             raw = [agent_obs for pid in pids for _, _, agent_obs in observed[pid]]
             try:
-                flat = preprocessor.transform(np.stack(raw))
+                flat = preprocessor.transform(np.array(raw))  # ragged: ValueError, as np.stack
             except (ValueError, TypeError, KeyError, IndexError, EnvError):
                 continue
             if flat.shape != (len(raw), preprocessor.size):
