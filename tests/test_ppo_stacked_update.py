@@ -15,6 +15,7 @@ from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, PPOLearner
 from rltrainer.core.learner import make_learner
 from rltrainer.core.learner_group import LearnerGroup
 from rltrainer.core.multi_agent_learner_group import MultiAgentLearnerGroup
+from tests.ppo_batches import batch
 
 CARTPOLE = gym.make("CartPole-v1")
 SPACES = (CARTPOLE.observation_space, CARTPOLE.action_space)
@@ -34,24 +35,6 @@ def learners(cfgs: list[PPOConfig]) -> list[PPOLearner]:
         learner.build_batch = lambda rollouts: rollouts[0].batch  # the tests hand over train batches
         made.append(learner)
     return made
-
-
-def batch(learner: PPOLearner, rows: int, seed: int) -> PPOBatch:
-    """Steps whose old log-probabilities are near the current ones: some ratios clipped."""
-    rng = np.random.default_rng(seed)
-    obs = rng.normal(size=(rows, 4)).astype(np.float32)
-    actions = rng.integers(0, 2, rows)
-    with torch.no_grad():
-        logits, _ = learner.module(torch.from_numpy(obs))
-        logp = torch.log_softmax(logits, -1)[torch.arange(rows), torch.from_numpy(actions)].numpy()
-    return PPOBatch(
-        obs=obs,
-        actions=actions,
-        action_logp=(logp + rng.normal(scale=0.3, size=rows)).astype(np.float32),
-        vf_preds=rng.normal(size=rows).astype(np.float32),
-        advantages=rng.normal(size=rows).astype(np.float32),
-        value_targets=rng.normal(scale=3.0, size=rows).astype(np.float32),
-    )
 
 
 class Rows:
