@@ -252,11 +252,8 @@ class LearnerGroup:
     def _get(self, refs: list[Any], timeout_s: float | None = None) -> list[Any]:
         """The values of ``refs`` (learner calls), or the first failure as soon as it is known."""
         import ray
-        from ray.exceptions import ObjectLostError, RayActorError
 
-        # A call's result lost with its learner's node (a large result lives in that node's
-        # object store, and actor calls are not retried) is that learner's death too.
-        died = (RayActorError, ObjectLostError)
+        died = _death_errors()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending = list(refs)
         try:
@@ -282,17 +279,25 @@ class LearnerGroup:
             raise _LearnerDiedError(str(err).strip().splitlines()[0]) from None
 
 
+def _death_errors() -> tuple[type[Exception], ...]:
+    """What a learner call raises when its learner died: the actor's death, or the call's result
+    lost with the learner's node (a large result lives in that node's object store, and actor
+    calls are not retried)."""
+    from ray.exceptions import ObjectLostError, RayActorError
+
+    return (RayActorError, ObjectLostError)
+
+
 def _raise_first_death(pending: list[Any]) -> None:
     """Raise ``RayActorError`` (or ``ObjectLostError``) if one of ``pending`` learner calls ends
     that way within ``DEATH_GRACE_S`` (a learner's error that is a consequence of a peer's death)."""
     import ray
-    from ray.exceptions import ObjectLostError, RayActorError
 
     ready, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S) if pending else ([], [])
     for ref in ready:
         try:
             ray.get(ref)
-        except (RayActorError, ObjectLostError):
+        except _death_errors():
             raise
         except Exception:  # noqa: S112 - the first learner's own error is the one reported
             continue
