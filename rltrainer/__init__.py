@@ -2,8 +2,11 @@
 
 from typing import TYPE_CHECKING
 
+from rltrainer.utils import torch_import
 from rltrainer.utils.lazy import lazy_exports
 from rltrainer.version import __version__ as __version__
+
+torch_import.install()  # torch's import, when it comes, with the garbage collector paused
 
 if TYPE_CHECKING:
     from rltrainer.tune.logger import pretty_print
