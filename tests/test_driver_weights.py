@@ -109,3 +109,20 @@ def test_get_and_set_weights_round_trip(expert) -> None:
             np.testing.assert_array_equal(after[name], value)
         with pytest.raises(ConfigError, match="no policy 'main'"):
             student.set_weights({"main": weights})
+
+
+def test_the_driver_acts_with_the_learners_module_when_both_are_local(expert) -> None:
+    """One PPO policy sampled and trained in the driver on the CPU: no weights are copied after
+    an update, the driver's policy acts with the learner's module (its numpy views) itself."""
+    expert_config, _ = expert
+    with _student(expert_config, lr=1e-3) as student:
+        learner = student.learner_group.local_learner
+        assert student.get_policy().model is learner.module
+        before = student.get_policy().get_weights()
+        student.train()
+        after = student.get_policy().get_weights()
+        learned = student.learner_group.get_weights()
+        assert student.train()["timers"]["synch_weights_time_ms"] == 0.0
+    assert any(not np.array_equal(before[name], after[name]) for name in before)  # it learned
+    for name, value in after.items():
+        np.testing.assert_array_equal(value, learned[name].numpy())

@@ -56,7 +56,7 @@ from rltrainer.errors import ConfigError
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import resolve_output
 from rltrainer.policy import Policy
-from rltrainer.results import ResultLogger, add_rllib_keys, perf_metrics, result_keys_for
+from rltrainer.results import TIMER_KEYS, ResultLogger, add_rllib_keys, perf_metrics, result_keys_for
 from rltrainer.storage import (
     StorageError,
     check_experiment_name,
@@ -313,6 +313,7 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
             "num_learner_restarts": self.learner_group.num_restarts,
             **stats,
             "timers": {
+                **dict.fromkeys(TIMER_KEYS, 0.0),  # every phase named, 0 where it did not run
                 "training_iteration_time_ms": elapsed * 1000.0,
                 **{f"{phase}_time_ms": seconds * 1000.0 for phase, seconds in self._timers.items()},
             },

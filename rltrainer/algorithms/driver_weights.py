@@ -33,6 +33,20 @@ def learner_groups(algo: Any) -> dict[str, LearnerGroup]:
     return dict(algo.learner_group.groups) if algo._multi_agent else {"default_policy": algo.learner_group}
 
 
+def learner_modules_shareable(algo: Any) -> bool:
+    """Whether the driver's env runner may act with the learners' modules themselves: sampling
+    and training both in the driver (no remote env runners or learners) on the CPU. Its numpy
+    inference then views the learners' parameters, so every optimizer step is seen and no
+    weights are copied after an update (``Policy.share_model``)."""
+    cfg, group = algo.config, algo.learner_group
+    learners = group.local_learners.values() if algo._multi_agent else [group.local_learner]
+    return (
+        cfg.num_env_runners == 0
+        and cfg.num_learners == 0
+        and all(learner.device.type == "cpu" for learner in learners)
+    )
+
+
 def _versions(policies: dict[str, Policy]) -> dict[str, tuple[int, ...]]:
     return {
         pid: tuple(t._version for t in itertools.chain(p.model.parameters(), p.model.buffers()))
