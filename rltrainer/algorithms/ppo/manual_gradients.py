@@ -75,8 +75,8 @@ def loss_and_gradients(
     cfg, module = learner.config, learner.module
     with torch.no_grad():
         # Forward: the loss of PPOLearner.compute_loss, keeping what the backward pass reads.
-        pi_layers = _mlp_forward(module._run_pi, mb.obs)
-        vf_layers = _mlp_forward(module._run_vf, mb.obs)
+        pi_layers = module._run_pi.forward_saved(mb.obs)
+        vf_layers = module._run_vf.forward_saved(mb.obs)
         logp_all = torch.log_softmax(pi_layers[-1], dim=-1)  # Categorical
         index = mb.actions.long().unsqueeze(-1)
         logratio = logp_all.gather(-1, index).squeeze(-1) - mb.action_logp
@@ -97,7 +97,7 @@ def loss_and_gradients(
         grad = (one * cfg.vf_loss_coeff).expand(rows) / rows  # mul, then mean
         if cfg.vf_clip_param is not None:  # clamp(max=): the gradient passes where not clipped
             grad = torch.where(squared <= cfg.vf_clip_param, grad, torch.zeros((), dtype=grad.dtype))
-        grad_values = (grad * (2 * error.pow(1))).unsqueeze(-1)  # pow(2), then squeeze
+        grad_values = (grad * (2 * error)).unsqueeze(-1)  # pow(2) (its error.pow(1) is error), then squeeze
         grad_min = one.neg().expand(rows) / rows  # neg, then mean
         ties = surr1 == surr2  # minimum: ties share the gradient
         grad_surr1 = torch.where(ties, grad_min / 2, grad_min).masked_fill_(surr1 > surr2, 0)
@@ -118,17 +118,6 @@ def loss_and_gradients(
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         stats = torch.stack([pg_loss, vf_loss, entropy.mean(), approx_kl, clipfrac, loss])
     return loss, stats
-
-
-def _mlp_forward(mlp: Any, x: torch.Tensor) -> list[torch.Tensor]:
-    """A ``FastMLP``'s input and each layer's output (after its activation)."""
-    outputs = [x]
-    for (weight, bias), activate in zip(mlp.params, mlp.activate, strict=True):
-        x = torch.addmm(bias, x, weight.t())
-        if activate:
-            x = mlp.act(x)
-        outputs.append(x)
-    return outputs
 
 
 def _mlp_backward(mlp: Any, outputs: list[torch.Tensor], grad: torch.Tensor, activation: str) -> None:
