@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from rltrainer.algorithms.ppo import PPOConfig
@@ -123,6 +124,11 @@ def test_the_driver_acts_with_the_learners_module_when_both_are_local(expert) ->
         after = student.get_policy().get_weights()
         learned = student.learner_group.get_weights()
         assert student.train()["timers"]["synch_weights_time_ms"] == 0.0
+        # and it acts with what the learner holds now
+        obs = np.random.default_rng(0).uniform(-0.2, 0.2, (16, 4)).astype(np.float32)
+        logits, _ = learner.module(torch.from_numpy(obs))
+        acted = [student.compute_single_action(row, explore=False) for row in obs]
+        assert acted == logits.argmax(-1).tolist()
     assert any(not np.array_equal(before[name], after[name]) for name in before)  # it learned
     for name, value in after.items():
         np.testing.assert_array_equal(value, learned[name].numpy())
