@@ -112,3 +112,47 @@ def test_a_runner_samples_the_same_fragment_with_and_without_stacks(tmp_path, mo
         assert np.array_equal(rollout.actions, other.actions)
         np.testing.assert_allclose(rollout.obs, other.obs, atol=1e-6)
         np.testing.assert_allclose(rollout.action_logp, other.action_logp, atol=1e-5)
+
+
+def _sac_per_agent_config(tmp_path, agents: int = 3):
+    from rltrainer.algorithms.sac import SACConfig
+
+    return (
+        SACConfig()
+        .environment(MultiAgentCartPole, env_config={"num_agents": agents})
+        .env_runners(rollout_fragment_length=40)
+        .training(num_steps_sampled_before_learning_starts=40, train_batch_size=32)
+        .reporting(storage_path=str(tmp_path))
+        .multi_agent(policies={f"p{i}" for i in range(agents)}, policy_mapping_fn=policy_per_agent)
+        .debugging(seed=3)
+    )
+
+
+@pytest.mark.parametrize("make_config", [per_agent_config, _sac_per_agent_config], ids=["PPO", "SAC"])
+def test_stacks_act_with_what_the_learners_hold_after_each_update(tmp_path, make_config):
+    """Sampled and trained in the driver, the policies act with the learners' modules themselves
+    (no weights copied); the learners' optimizers write their flat buffers, which bumps no
+    parameter's version counter, and the stacks' copies must follow all the same."""
+    algo = make_config(tmp_path).build()
+    try:
+        runner = algo.env_runner_group.local_worker()
+        learners = algo.learner_group.local_learners
+        rows = np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32)
+        first = {pid: runner.policy_map[pid].get_weights() for pid in learners}
+        for _ in range(3):
+            algo.train()
+            for pid, learner in learners.items():
+                policy = runner.policy_map[pid]
+                assert policy.model is learner.module
+                stack, slot = runner._policy_stacks()[pid]
+                _, logp = stack.compute(rows, [0, 4], [slot], explore=False)
+                np.testing.assert_allclose(logp, policy.compute(rows, False)["action_logp"], atol=1e-5)
+        moved = [
+            name
+            for pid in learners
+            for name, value in runner.policy_map[pid].get_weights().items()
+            if not np.array_equal(value, first[pid][name])
+        ]
+        assert moved, "nothing learned: the test would pass with stale copies"
+    finally:
+        algo.stop()

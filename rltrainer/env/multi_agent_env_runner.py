@@ -522,6 +522,13 @@ class MultiAgentEnvRunner(PolicyMap, EnvRunnerCore):
             if policy is not None:
                 policy.set_weights(policy_weights)
 
+    def weights_written_in_place(self) -> None:
+        """The policies' parameters were written without bumping their version counters (a
+        learner's optimizer stepping the flat buffer of a module these policies share): the
+        stacked copies are taken again before the next inference."""
+        for stack in self._stack_list:
+            stack.invalidate()
+
     def set_global_timestep(self, timestep: int) -> None:
         self.global_timestep = int(timestep)
         super().set_global_timestep(timestep)

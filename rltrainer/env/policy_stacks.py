@@ -8,8 +8,11 @@ A ``PolicyStack`` holds copies of its policies' MLP parameters stacked along a n
 ``stacked_mlp_categorical_sample`` kernel call: the same operations per row as that policy's
 ``mlp_categorical_sample``, its uniforms drawn from the policy's own generator in the order
 ``compute`` draws them. The copies follow the parameters: before each call the stack compares
-the torch parameters' version counters (bumped by every in-place write: ``load_state_dict``,
-optimizer steps) with those of its last copy, and copies again when they moved.
+the torch parameters' version counters (bumped by every in-place write through them:
+``load_state_dict``, ``torch.optim`` steps) with those of its last copy, and copies again when
+they moved. A learner's optimizer writes its flat buffer (``FlatParameters``), which bumps no
+parameter's counter: an algorithm whose driver policies share the learners' modules calls
+``MultiAgentEnvRunner.weights_written_in_place()`` after each update instead.
 
 Only policies whose ``compute`` would take the plain compiled path qualify (``eligible``):
 ``Policy.compute`` itself (not overridden, no custom ``compute_actions``), no recurrence,
@@ -71,6 +74,10 @@ class PolicyStack:
     def current(self) -> bool:
         """Whether the policies still infer with the MLPs stacked here."""
         return all(policy._numpy_policy is mlp for policy, mlp in zip(self.policies, self.mlps, strict=True))
+
+    def invalidate(self) -> None:
+        """Copy the parameters again before the next call (they changed without a version bump)."""
+        self._versions = None
 
     def _refresh(self) -> None:
         versions = list(map(_VERSION, self._tensors))

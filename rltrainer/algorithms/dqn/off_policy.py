@@ -161,7 +161,9 @@ class OffPolicyAlgorithm(Algorithm):
                     if isinstance(buffer, PrioritizedReplayBuffer):
                         buffer.update_priorities(replayed.indices, learner.last_td_errors)
             self.counters.num_env_steps_trained += num_updates * self.config.train_batch_size
-        if num_updates and not self._shared_module:
+        if num_updates and self._shared_module:  # the stacked copies of the policies' parameters are stale
+            self.env_runner_group.local_worker().weights_written_in_place()
+        elif num_updates:
             with self.timed("synch_weights"):
                 self.env_runner_group.sync_weights(
                     {
