@@ -16,6 +16,7 @@ learner, no ``torch.compile`` and no LSTM. Everything else goes through autograd
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -92,21 +93,18 @@ def loss_and_gradients(
         loss = pg_loss + cfg.vf_loss_coeff * vf_loss
 
         # Backward, node by node from d loss / d loss = 1 (autograd's formulas, its op order).
-        rows = mb.obs.shape[0]
-        one = torch.ones_like(loss)
-        grad = (one * cfg.vf_loss_coeff).expand(rows) / rows  # mul, then mean
+        grad, grad_min, half_min, zero = _mean_gradients(
+            mb.obs.shape[0], cfg.vf_loss_coeff, loss.dtype, loss.device
+        )
         if cfg.vf_clip_param is not None:  # clamp(max=): the gradient passes where not clipped
-            grad = torch.where(squared <= cfg.vf_clip_param, grad, torch.zeros((), dtype=grad.dtype))
+            grad = torch.where(squared <= cfg.vf_clip_param, grad, zero)
         grad_values = (grad * (2 * error)).unsqueeze(-1)  # pow(2) (its error.pow(1) is error), then squeeze
-        grad_min = one.neg().expand(rows) / rows  # neg, then mean
         ties = surr1 == surr2  # minimum: ties share the gradient
-        grad_surr1 = torch.where(ties, grad_min / 2, grad_min).masked_fill_(surr1 > surr2, 0)
-        grad_surr2 = torch.where(ties, grad_min / 2, grad_min).masked_fill_(surr1 < surr2, 0)
+        grad_surr1 = torch.where(ties, half_min, grad_min).masked_fill_(surr1 > surr2, 0)
+        grad_surr2 = torch.where(ties, half_min, grad_min).masked_fill_(surr1 < surr2, 0)
         grad_clamped = grad_surr2 * mb.advantages
         in_range = (ratio >= low).logical_and_(ratio <= high)
-        grad_ratio = grad_surr1 * mb.advantages + torch.where(
-            in_range, grad_clamped, torch.zeros((), dtype=grad_clamped.dtype)
-        )
+        grad_ratio = grad_surr1 * mb.advantages + torch.where(in_range, grad_clamped, zero)
         grad_logp = torch.zeros_like(logp_all).scatter_add_(-1, index, (grad_ratio * ratio).unsqueeze(-1))
         grad_logits = torch._log_softmax_backward_data(grad_logp, logp_all, -1, logp_all.dtype)
         _mlp_backward(module._run_pi, pi_layers, grad_logits, module.activation)
@@ -118,6 +116,20 @@ def loss_and_gradients(
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         stats = torch.stack([pg_loss, vf_loss, entropy.mean(), approx_kl, clipfrac, loss])
     return loss, stats
+
+
+@functools.lru_cache(maxsize=16)
+def _mean_gradients(
+    rows: int, vf_loss_coeff: float, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, ...]:
+    """What the backward pass starts from, the same for every step on ``rows`` rows: d loss /
+    d row of the value loss's mean (1 * coeff, expanded, / rows) and of the surrogate's (-1,
+    expanded, / rows), half the latter (the minimum's ties) and a zero, as autograd computes
+    them from a loss of ``dtype``."""
+    one = torch.ones((), dtype=dtype, device=device)
+    grad_min = one.neg().expand(rows) / rows  # neg, then mean
+    grad_values = (one * vf_loss_coeff).expand(rows) / rows  # mul, then mean
+    return grad_values, grad_min, grad_min / 2, torch.zeros((), dtype=dtype, device=device)
 
 
 def _mlp_backward(mlp: Any, outputs: list[torch.Tensor], grad: torch.Tensor, activation: str) -> None:
