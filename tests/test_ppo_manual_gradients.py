@@ -56,6 +56,31 @@ def test_loss_stats_and_gradients_are_autograds(activation, hiddens, vf_clip_par
             assert torch.equal(param.grad, grad), name
 
 
+def test_ties_of_the_clipped_surrogate_are_autograds() -> None:
+    """The first epoch's ratios are exactly 1 (surr1 == surr2: autograd splits the gradient of
+    the minimum half and half); a zero advantage ties the two terms out of the clip range too."""
+    ppo = learner(config(model={"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"}, clip_param=0.2))
+    data = batch(ppo)
+    with torch.no_grad():
+        logits, _ = ppo.module(torch.from_numpy(data.obs))
+        logp = torch.log_softmax(logits, -1).gather(-1, torch.from_numpy(data.actions).unsqueeze(-1))
+    action_logp = logp.squeeze(-1).numpy().copy()
+    advantages = data.advantages.copy()
+    action_logp[:40] += 1.0  # ratio e^-1: out of range
+    advantages[:20] = 0.0  # ... and tied there
+    advantages[100:120] = 0.0  # tied in range as well
+    mb = tensors(ppo, data._replace(action_logp=action_logp, advantages=advantages))
+    loss, _ = ppo.compute_loss(mb, False)
+    ppo.flat_params.zero_grad()
+    loss.backward()
+    expected = [p.grad.clone() for p in ppo.module.parameters()]
+    _, expected_stats = ppo.compute_loss(mb, True)
+    by_hand, stats = manual_gradients.loss_and_gradients(ppo, mb, True)
+    assert torch.equal(by_hand, loss.detach()) and torch.equal(stats, expected_stats)
+    for (name, param), grad in zip(ppo.module.named_parameters(), expected, strict=True):
+        assert torch.equal(param.grad, grad), name
+
+
 def test_an_update_is_autograds_bit_for_bit(monkeypatch) -> None:
     cfg = config(model={"fcnet_hiddens": [64, 64], "fcnet_activation": "relu"}, grad_clip=0.5)
     by_hand, autograd = learner(cfg), learner(cfg)

@@ -5,9 +5,11 @@ The tuned CartPole example takes 20 gradient steps of a 4-64-64 policy and value
 then walked node by node in ``backward``) costs more than the arithmetic. Here the forward
 pass runs without recording, and the backward pass is written out with the same ops, in the
 same order, that autograd's derivative formulas run (torch's ``derivatives.yaml``: addmm,
-relu/tanh, log_softmax, gather, exp, clamp, minimum, mean, pow), so the loss, the statistics
-and every gradient are bitwise what ``PPOLearner.compute_loss`` and ``backward()`` give
-(``tests/test_ppo_manual_gradients.py`` checks it).
+relu/tanh, log_softmax, gather, exp, clamp, minimum, mean, pow; the clipped minimum's in one
+``where``, whose values are those of autograd's tie split), and its constant start is cached
+per minibatch size, so the loss, the statistics and every gradient are bitwise what
+``PPOLearner.compute_loss`` and ``backward()`` give (``tests/test_ppo_manual_gradients.py``
+checks it, ties included).
 
 It applies only where those formulas are all there is (``applies``): ``ActorCritic`` with
 separate policy and value MLPs, a categorical policy, no entropy bonus, no KL penalty, one
@@ -93,18 +95,15 @@ def loss_and_gradients(
         loss = pg_loss + cfg.vf_loss_coeff * vf_loss
 
         # Backward, node by node from d loss / d loss = 1 (autograd's formulas, its op order).
-        grad, grad_min, half_min, zero = _mean_gradients(
-            mb.obs.shape[0], cfg.vf_loss_coeff, loss.dtype, loss.device
-        )
+        grad, grad_min, zero = _mean_gradients(mb.obs.shape[0], cfg.vf_loss_coeff, loss.dtype, loss.device)
         if cfg.vf_clip_param is not None:  # clamp(max=): the gradient passes where not clipped
             grad = torch.where(squared <= cfg.vf_clip_param, grad, zero)
         grad_values = (grad * (2 * error)).unsqueeze(-1)  # pow(2) (its error.pow(1) is error), then squeeze
-        ties = surr1 == surr2  # minimum: ties share the gradient
-        grad_surr1 = torch.where(ties, half_min, grad_min).masked_fill_(surr1 > surr2, 0)
-        grad_surr2 = torch.where(ties, half_min, grad_min).masked_fill_(surr1 < surr2, 0)
-        grad_clamped = grad_surr2 * mb.advantages
+        # min(surr1, surr2): surr1's gradient where it is the smaller, else surr2's, which the
+        # clamp passes only in range. Autograd splits a tie half and half; a tie in range sums
+        # to the same value (halving is exact), and out of range it needs a zero advantage.
         in_range = (ratio >= low).logical_and_(ratio <= high)
-        grad_ratio = grad_surr1 * mb.advantages + torch.where(in_range, grad_clamped, zero)
+        grad_ratio = torch.where(in_range.logical_or_(surr1 < surr2), grad_min * mb.advantages, zero)
         grad_logp = torch.zeros_like(logp_all).scatter_add_(-1, index, (grad_ratio * ratio).unsqueeze(-1))
         grad_logits = torch._log_softmax_backward_data(grad_logp, logp_all, -1, logp_all.dtype)
         _mlp_backward(module._run_pi, pi_layers, grad_logits, module.activation)
@@ -124,12 +123,11 @@ def _mean_gradients(
 ) -> tuple[torch.Tensor, ...]:
     """What the backward pass starts from, the same for every step on ``rows`` rows: d loss /
     d row of the value loss's mean (1 * coeff, expanded, / rows) and of the surrogate's (-1,
-    expanded, / rows), half the latter (the minimum's ties) and a zero, as autograd computes
-    them from a loss of ``dtype``."""
+    expanded, / rows), and a zero, as autograd computes them from a loss of ``dtype``."""
     one = torch.ones((), dtype=dtype, device=device)
     grad_min = one.neg().expand(rows) / rows  # neg, then mean
     grad_values = (one * vf_loss_coeff).expand(rows) / rows  # mul, then mean
-    return grad_values, grad_min, grad_min / 2, torch.zeros((), dtype=dtype, device=device)
+    return grad_values, grad_min, torch.zeros((), dtype=dtype, device=device)
 
 
 def _mlp_backward(mlp: Any, outputs: list[torch.Tensor], grad: torch.Tensor, activation: str) -> None:
