@@ -290,3 +290,27 @@ def test_filter_state_of_other_kind_is_rejected():
         MeanStdFilter(3).set_state(NoFilter(3).get_state())
     with pytest.raises(ValueError, match="'mean' has 3 values, expected 4"):
         MeanStdFilter(4).set_state(mean_std.get_state())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compute_gae_of_one_env_is_that_env_column_of_many(dtype):
+    """One env's column takes a scalar recursion (the same arithmetic): bitwise the vector one's."""
+    rng = np.random.default_rng(4)
+    shape = (60, 3)
+    rewards, values = rng.random(shape).astype(np.float32), rng.standard_normal(shape).astype(dtype)
+    terminateds = (rng.random(shape) < 0.05).astype(np.float32)
+    dones = np.maximum(terminateds, (rng.random(shape) < 0.05).astype(np.float32))
+    last_values = rng.standard_normal(3).astype(dtype)
+    together = compute_gae(rewards, values, terminateds, dones, last_values, 0.99, 0.95)
+    for env in range(3):
+        alone = compute_gae(
+            rewards[:, env : env + 1],
+            values[:, env : env + 1],
+            terminateds[:, env : env + 1],
+            dones[:, env : env + 1],
+            last_values[env : env + 1],
+            0.99,
+            0.95,
+        )
+        for mine, theirs in zip(alone, together, strict=True):
+            assert np.array_equal(mine[:, 0], theirs[:, env])

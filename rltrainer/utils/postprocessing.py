@@ -31,9 +31,17 @@ def compute_gae(
     carry = gamma * lambda_ * (1.0 - dones)
     advantages = np.zeros_like(deltas)
     running = np.zeros_like(last_values)
-    for t in reversed(range(horizon)):  # a recursion over time; vectorized over envs
-        running = deltas[t] + carry[t] * running
-        advantages[t] = running
+    if deltas.shape[1:] == (1,):
+        # One env (a multi-agent policy's column): numpy scalars of the same dtype, the same
+        # arithmetic at a fifth of the cost of 1-element array ops.
+        column, delta, decay, running = advantages[:, 0], list(deltas[:, 0]), list(carry[:, 0]), running[0]
+        for t in reversed(range(horizon)):
+            running = delta[t] + decay[t] * running
+            column[t] = running
+    else:
+        for t in reversed(range(horizon)):  # a recursion over time; vectorized over envs
+            running = deltas[t] + carry[t] * running
+            advantages[t] = running
     return advantages.astype(np.float32), (advantages + values).astype(np.float32)
 
 
