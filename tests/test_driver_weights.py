@@ -118,9 +118,9 @@ def test_the_driver_acts_with_the_learners_module_when_both_are_local(expert) ->
     expert_config, _ = expert
     with _student(expert_config, lr=1e-3) as student:
         learner = student.learner_group.local_learner
-        assert student.get_policy().model is learner.module
         before = student.get_policy().get_weights()
         student.train()
+        assert student.get_policy().model is learner.module
         after = student.get_policy().get_weights()
         learned = student.learner_group.get_weights()
         assert student.train()["timers"]["synch_weights_time_ms"] == 0.0

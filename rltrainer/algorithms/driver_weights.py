@@ -47,6 +47,27 @@ def learner_modules_shareable(algo: Any) -> bool:
     )
 
 
+def act_with_learner_modules(algo: Any) -> bool:
+    """After an update: whether the driver's env runner acts with the learners' modules
+    themselves, so that no weights need copying (where ``learner_modules_shareable``, decided
+    at the first call). Each learning policy is made to act with its learner's module (again
+    for a policy added or a learner rebuilt since), and a multi-agent runner's stacked copies
+    of the parameters are marked stale (the optimizers' steps bump no version counter)."""
+    shared = getattr(algo, "_acts_with_learner_modules", None)
+    if shared is None:
+        shared = algo._acts_with_learner_modules = learner_modules_shareable(algo)
+    if not shared:
+        return False
+    policies = driver_policies(algo)
+    for pid, group in learner_groups(algo).items():
+        module = group.local_learner.module
+        if pid in policies and policies[pid].model is not module:
+            policies[pid].share_model(module)
+    if algo._multi_agent:
+        algo.env_runner_group.local_worker().weights_written_in_place()
+    return True
+
+
 def _versions(policies: dict[str, Policy]) -> dict[str, tuple[int, ...]]:
     return {
         pid: tuple(t._version for t in itertools.chain(p.model.parameters(), p.model.buffers()))
