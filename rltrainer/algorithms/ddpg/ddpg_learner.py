@@ -68,6 +68,7 @@ class DDPGLearner(ActorCriticLearner):
         self._critic_weights = [p for q in module.critics() for n, p in q.named_parameters() if "weight" in n]
         self.num_critic_updates = 0
         self.last_target_update = 0
+        self._constants: dict[float, torch.Tensor] = {}  # see _constant
         # the last actor step's loss, reported between actor steps
         self._last_actor_loss = torch.tensor(float("nan"), device=self.device)
         # Plain MLPs whose activation's derivative is known: the update writes the gradients by
@@ -164,9 +165,9 @@ class DDPGLearner(ActorCriticLearner):
         batch_size = obs.shape[0]
 
         # --- critics: regress on r + gamma^k min_j Q'_j(s', pi'(s') [+ clipped noise])
-        next_actions = torch.tanh_(m.pi_target._run(next_obs))
+        next_actions = torch.tanh_(m.pi_target._run.forward_no_grad(next_obs))
         if cfg.smooth_target_policy:
-            noise = torch.randn_like(next_actions).mul_(cfg.target_noise)
+            noise = torch.randn_like(next_actions).mul_(self._constant(cfg.target_noise))
             noise.clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
             next_actions = next_actions.add_(noise).clamp_(-1.0, 1.0)
         next_inputs = torch.cat([next_obs, next_actions], dim=-1)
@@ -200,7 +201,7 @@ class DDPGLearner(ActorCriticLearner):
 
         def critic_gradients() -> None:
             td_grad = errors if not cfg.use_huber else errors.clamp(-cfg.huber_threshold, cfg.huber_threshold)
-            grads = (weights * td_grad).div_(batch_size)  # d loss / d Q: [critics, B, 1]
+            grads = (weights * td_grad).div_(self._constant(batch_size))  # d loss / d Q: [critics, B, 1]
             if self._twins is not None:
                 self._twins[0].backward(saved, grads)
             else:
@@ -232,6 +233,15 @@ class DDPGLearner(ActorCriticLearner):
 
         self.set_td_errors(errors, first_critics=True)
         return self._stats(critic_loss, q_values[0])
+
+    def _constant(self, value: float) -> torch.Tensor:
+        """``value`` as a 0-dim float32 tensor on the learner's device, made once: an op with a
+        Python number first converts it to a tensor of its own (a few microseconds per op);
+        the result is the same (the number enters float32 ops as float32 either way)."""
+        constant = self._constants.get(value)
+        if constant is None:
+            constant = self._constants[value] = torch.tensor(value, dtype=torch.float32, device=self.device)
+        return constant
 
     def _td_loss(self, error: torch.Tensor) -> torch.Tensor:
         if not self.config.use_huber:
