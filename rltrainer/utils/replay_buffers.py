@@ -139,10 +139,15 @@ class ReplayBuffer:
             transitions = Transitions(*(column[-self.capacity :] for column in transitions))
             count = self.capacity
         first = min(count, self.capacity - self._pos)  # up to the end of the storage
-        for stored, new in zip(self._storage, transitions, strict=True):
-            stored[self._pos : self._pos + first] = new[:first]
-            stored[: count - first] = new[first:]
-        slots = (self._pos + np.arange(count)) % self.capacity
+        if first == count:  # no wrap-around (one slice per column: a transition per env step)
+            for stored, new in zip(self._storage, transitions, strict=True):
+                stored[self._pos : self._pos + count] = new
+            slots = np.arange(self._pos, self._pos + count)
+        else:
+            for stored, new in zip(self._storage, transitions, strict=True):
+                stored[self._pos : self._pos + first] = new[:first]
+                stored[: count - first] = new[first:]
+            slots = (self._pos + np.arange(count)) % self.capacity
         self._pos = (self._pos + count) % self.capacity
         self._size = min(self._size + count, self.capacity)
         return slots
