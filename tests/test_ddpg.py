@@ -159,6 +159,47 @@ def test_hand_written_gradients_match_autograd(tmp_path, algo, training):
         algo_.stop()
 
 
+def test_a_one_output_layers_input_gradient_is_its_matrix_products_bits():
+    """The backward passes take a one-output layer's input gradient as a broadcast product: the
+    same bits as through the one-term matrix product (zeros included), for one MLP and twins."""
+    from rltrainer.core.models import _DERIVATIVES, FastMLP, TwinMLP, mlp
+    from rltrainer.core.optim import FlatParameters
+
+    def bits(t: torch.Tensor) -> torch.Tensor:
+        return t.contiguous().view(torch.int32)
+
+    torch.manual_seed(0)
+    layers = [mlp([5, 8, 8, 1], "relu", out_gain=1.0) for _ in range(2)]
+    flat = FlatParameters(torch.nn.ModuleList(layers))  # twins: one buffer, as the critics'
+    nets = [FastMLP(net, "relu") for net in layers]
+    twin = TwinMLP(*nets)
+    grad = torch.randn(2, 32, 1)
+    grad[:, :4] = 0.0
+    derivative = _DERIVATIVES["relu"]
+    with torch.no_grad():
+        saved = twin.forward_saved(torch.randn(32, 5))
+        twin.backward(saved, grad)
+        got = flat.grad.clone()
+        # the same passes with every input gradient a matrix product
+        g = grad
+        for i in range(2, -1, -1):
+            if twin.activate[i]:
+                g = derivative(g, saved[i + 1])
+            torch.bmm(g.transpose(1, 2), saved[i], out=twin.grads[i][0])
+            torch.sum(g, 1, out=twin.grads[i][1])
+            g = g.bmm(twin.weights[i]) if i > 0 else g
+        assert torch.equal(bits(got), bits(flat.grad))
+        for n, net in enumerate(nets):
+            one = net.forward_saved(saved[0][n])
+            got = net.backward(one, grad[n], param_grads=False, input_grad=True)
+            g = grad[n]
+            for i in range(2, -1, -1):
+                if net.activate[i]:
+                    g = derivative(g, one[i + 1])
+                g = g.mm(net.params[i][0])
+            assert torch.equal(bits(got), bits(g))
+
+
 @pytest.mark.parametrize("algo", ["DDPG", "TD3"])
 def test_stats_are_computed_when_read_and_are_their_updates_own(tmp_path, algo):
     """An update's stats (DeferredStats) read after later updates are what reading them at once

@@ -170,6 +170,15 @@ class FastMLP:
             saved.append(x)
         return saved
 
+    def forward_no_grad(self, x: torch.Tensor) -> torch.Tensor:
+        """``self(x)`` without autograd (under ``torch.no_grad()``): each activation in place on
+        its layer's fresh output, nothing kept (a target network's forward pass)."""
+        for (weight, bias), activate in zip(self.params, self.activate, strict=True):
+            x = torch.addmm(bias, x, weight.t())
+            if activate:
+                x = _IN_PLACE[self.activation](x)
+        return x
+
     def backward(
         self,
         saved: list[torch.Tensor],
@@ -193,7 +202,9 @@ class FastMLP:
                 torch.sum(grad, 0, out=bias.grad)
             if i == 0 and not input_grad:
                 return None
-            grad = grad.mm(weight)
+            # one output (a critic's last layer): the outer product as a broadcast product, the
+            # same values at a fraction of a one-term matrix product's cost
+            grad = grad * weight if weight.shape[0] == 1 else grad.mm(weight)
         return grad
 
 
@@ -262,8 +273,9 @@ class TwinMLP:
             weight_grad, bias_grad = self.grads[i]
             torch.bmm(grad.transpose(1, 2), saved[i], out=weight_grad)
             torch.sum(grad, 1, out=bias_grad)
-            if i > 0:
-                grad = grad.bmm(self.weights[i])
+            if i > 0:  # (one output: a broadcast product, as in FastMLP.backward)
+                weight = self.weights[i]
+                grad = grad * weight if weight.shape[1] == 1 else grad.bmm(weight)
 
 
 _threshold_backward = torch.ops.aten.threshold_backward.default  # ReLU's derivative, one kernel

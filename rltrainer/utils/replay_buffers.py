@@ -139,10 +139,15 @@ class ReplayBuffer:
             transitions = Transitions(*(column[-self.capacity :] for column in transitions))
             count = self.capacity
         first = min(count, self.capacity - self._pos)  # up to the end of the storage
-        for stored, new in zip(self._storage, transitions, strict=True):
-            stored[self._pos : self._pos + first] = new[:first]
-            stored[: count - first] = new[first:]
-        slots = (self._pos + np.arange(count)) % self.capacity
+        if first == count:  # no wrap-around (one slice per column: a transition per env step)
+            for stored, new in zip(self._storage, transitions, strict=True):
+                stored[self._pos : self._pos + count] = new
+            slots = np.arange(self._pos, self._pos + count)
+        else:
+            for stored, new in zip(self._storage, transitions, strict=True):
+                stored[self._pos : self._pos + first] = new[:first]
+                stored[: count - first] = new[first:]
+            slots = (self._pos + np.arange(count)) % self.capacity
         self._pos = (self._pos + count) % self.capacity
         self._size = min(self._size + count, self.capacity)
         return slots
@@ -160,7 +165,16 @@ class ReplayBuffer:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
     def _batch(self, indices: np.ndarray, weights: np.ndarray) -> ReplayBatch:
-        return ReplayBatch(*(column[indices] for column in self._storage), weights=weights, indices=indices)
+        # Rows of a 2-D (or wider) column through np.take: the same rows as fancy indexing at a
+        # fifth of its cost for small rows (observations, actions); 1-D columns index directly.
+        return ReplayBatch(
+            *(
+                column[indices] if column.ndim == 1 else np.take(column, indices, axis=0)
+                for column in self._storage
+            ),
+            weights=weights,
+            indices=indices,
+        )
 
     # --- state (numpy arrays and ints only, so it can be saved as npz without pickle) ------
     def get_state(self) -> dict[str, Any]:
