@@ -15,6 +15,7 @@ from gymnasium import spaces
 
 from rltrainer.algorithms.algorithm import Algorithm
 from rltrainer.algorithms.dqn.off_policy_config import OffPolicyConfig
+from rltrainer.algorithms.driver_weights import learner_modules_shareable
 from rltrainer.checkpoints import Checkpoint
 from rltrainer.errors import CheckpointError
 from rltrainer.utils.replay_buffers import (
@@ -41,12 +42,9 @@ class OffPolicyAlgorithm(Algorithm):
         self.replay_buffer: ReplayBuffer = self.make_buffer(policy, cfg)
         # Sampling and training both in the driver on the CPU: the local env runner acts with the
         # learner's module itself (numpy views of its parameters), so nothing is copied per step.
-        learner = self.learner_group.local_learner
-        self._shared_module = (
-            cfg.num_env_runners == 0 and cfg.num_learners == 0 and learner.device.type == "cpu"
-        )
+        self._shared_module = learner_modules_shareable(self)
         if self._shared_module:
-            policy.share_model(learner.module)
+            policy.share_model(self.learner_group.local_learner.module)
         self._last_stats: dict[str, float] = {k: float("nan") for k in self.learner_class.STAT_KEYS}
 
     @staticmethod
@@ -108,12 +106,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.replay_buffers: dict[str, ReplayBuffer] = {}
         # As for one policy: sampling and training in the driver on the CPU, the local runner acts
         # with the learners' modules themselves.
-        learners = self.learner_group.local_learners.values()
-        self._shared_module = (
-            self.config.num_env_runners == 0
-            and self.config.num_learners == 0
-            and all(learner.device.type == "cpu" for learner in learners)
-        )
+        self._shared_module = learner_modules_shareable(self)
         self._last_stats = {}
         self._match_buffers_to_learners()
 
