@@ -3,20 +3,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-
-def _run(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+from tests.fresh_python import python_output
 
 
 def test_training_without_tune_never_imports_it() -> None:
-    out = _run(
+    out = python_output(
         "import sys, tempfile\n"
         "from rltrainer.algorithms.ppo import PPOConfig\n"
         "config = PPOConfig().environment('CartPole-v1').training(train_batch_size=64, minibatch_size=32,"
@@ -34,7 +27,7 @@ def test_algorithms_are_trainables_once_tune_is_imported(tune_first: bool) -> No
     imports = ["from rltrainer.algorithms.ppo import PPO", "from ray.tune import Trainable"]
     if tune_first:
         imports.reverse()
-    out = _run(
+    out = python_output(
         "\n".join(imports) + "\n"
         "from rltrainer.algorithms.dqn import DQN\n"
         "from rltrainer.algorithms.algorithm import Algorithm\n"
@@ -53,7 +46,7 @@ def test_the_tune_keys_named_here_are_tunes() -> None:
 
 
 def test_an_algorithm_without_tune_answers_what_a_trainable_does(tmp_path) -> None:
-    out = _run(
+    out = python_output(
         "import sys\n"
         "from rltrainer.algorithms.ppo import PPOConfig\n"
         f"config = PPOConfig().environment('CartPole-v1').reporting(storage_path={str(tmp_path)!r})\n"

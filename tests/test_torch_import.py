@@ -3,18 +3,11 @@ what it built (``rltrainer.utils.torch_import``); the collector is on again afte
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-
-def _run(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+from tests.fresh_python import python_output
 
 
 def test_torch_imports_with_the_collector_paused_then_on_again() -> None:
-    out = _run(
+    out = python_output(
         "import gc, sys\n"
         "import rltrainer\n"
         "assert 'torch' not in sys.modules\n"
@@ -33,14 +26,14 @@ def test_torch_imports_with_the_collector_paused_then_on_again() -> None:
 
 
 def test_a_collector_turned_off_by_the_user_stays_off_and_nothing_is_frozen() -> None:
-    out = _run(
+    out = python_output(
         "import gc\ngc.disable()\nimport rltrainer, torch\nprint(gc.isenabled(), gc.get_freeze_count())\n"
     )
     assert out == "False 0"
 
 
 def test_torch_imported_first_is_left_alone() -> None:
-    out = _run(
+    out = python_output(
         "import gc, sys, torch\n"
         "import rltrainer\n"
         "from rltrainer.utils.torch_import import _TorchImportFinder\n"
