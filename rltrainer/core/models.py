@@ -170,15 +170,6 @@ class FastMLP:
             saved.append(x)
         return saved
 
-    def forward_no_grad(self, x: torch.Tensor) -> torch.Tensor:
-        """``self(x)`` without autograd (under ``torch.no_grad()``): each activation in place on
-        its layer's fresh output, nothing kept (a target network's forward pass)."""
-        for (weight, bias), activate in zip(self.params, self.activate, strict=True):
-            x = torch.addmm(bias, x, weight.t())
-            if activate:
-                x = _IN_PLACE[self.activation](x)
-        return x
-
     def backward(
         self,
         saved: list[torch.Tensor],

@@ -163,7 +163,7 @@ class DDPGLearner(ActorCriticLearner):
         batch_size = obs.shape[0]
 
         # --- critics: regress on r + gamma^k min_j Q'_j(s', pi'(s') [+ clipped noise])
-        next_actions = torch.tanh_(m.pi_target._run.forward_no_grad(next_obs))
+        next_actions = torch.tanh_(m.pi_target._run.forward_saved(next_obs)[-1])  # (activations in place)
         if cfg.smooth_target_policy:
             noise = torch.randn_like(next_actions).mul_(self._constant(cfg.target_noise))
             noise.clamp_(-cfg.target_noise_clip, cfg.target_noise_clip)
