@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+import pathlib
 import time
 
 import numpy as np
 import pytest
 
+from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.evaluation_loop import AUTO_ROUND_STEPS, split
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.errors import ConfigError
@@ -281,8 +283,22 @@ def test_parallel_evaluation_runs_during_the_training_step_on_the_weights_before
         algo.stop()
 
 
+class WaitForTwoEvaluationRounds(DefaultCallbacks):
+    """Holds the training step (in the driver's env runner) until the evaluation env has stepped
+    two ``"auto"`` rounds: the evaluation must go on for as long as training runs, however slow
+    the machine, instead of racing a fixed training time."""
+
+    def on_sample_end(self, *, worker, samples, **kwargs) -> None:  # noqa: ARG002
+        stamps = pathlib.Path(worker.config.evaluation_config["env_config"]["path"])
+        deadline = time.monotonic() + 120
+        while not stamps.exists() or len(stamps.read_text().split()) < 2 * AUTO_ROUND_STEPS:
+            assert time.monotonic() < deadline, "the evaluation did not run while training ran"
+            time.sleep(0.01)
+
+
 @pytest.mark.usefixtures("local_ray")
 def test_auto_duration_evaluates_as_long_as_training_runs(tmp_path):
+    stamps = tmp_path / "stamps"
     config = (
         tiny_config(tmp_path)
         .evaluation(
@@ -290,18 +306,22 @@ def test_auto_duration_evaluates_as_long_as_training_runs(tmp_path):
             evaluation_num_env_runners=1,
             evaluation_duration="auto",
             evaluation_parallel_to_training=True,
+            evaluation_config={
+                "env": "tests.envs:TimestampEnv",
+                "env_config": {"length": 10, "path": str(stamps)},
+            },
         )
-        .reporting(min_time_s_per_iteration=3.0)
+        .callbacks(WaitForTwoEvaluationRounds)
     )
     algo = config.build()
     try:
         algo.eval_env_runner_group.foreach_worker(lambda runner: runner.ping(), local_worker=False)
         evaluation = algo.train()["evaluation"]
         steps = evaluation["num_env_steps_sampled"]
-        # Rounds of AUTO_ROUND_STEPS (a few ms each alone; up to about a second with the other
-        # test worker busy on the same 2 cores) until the 3 s training step ended: more than one.
+        # Whole rounds of AUTO_ROUND_STEPS while the training step waited for two, then the one
+        # under way when it ended; nothing sampled after train() returned.
         assert steps % AUTO_ROUND_STEPS == 0
-        assert steps >= 2 * AUTO_ROUND_STEPS
+        assert 2 * AUTO_ROUND_STEPS <= steps == len(stamps.read_text().split())
         assert evaluation["episodes_this_iter"] == steps // 10
         assert evaluation["episode_len_mean"] == 10
     finally:
