@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from rltrainer.core.cluster import Placement, learner_bundle
+from rltrainer.core.denormals import flush_denormals
 from rltrainer.core.learner import Learner
 from rltrainer.errors import NumericalError, WorkerError
 
@@ -61,6 +62,7 @@ class LearnerActor:
     def setup_data_parallel(self, init_method: str, rank: int, world_size: int) -> None:
         self.learner.setup_data_parallel(init_method, rank, world_size)
 
+    @flush_denormals()
     def update_from_batch(self, batch: Any, timestep: int, with_state: bool = False) -> Any:
         """Stats of one update; with ``with_state``, ``(stats, state after the update)``."""
         stats = self.learner.update_from_batch(batch, timestep)
@@ -178,6 +180,7 @@ class LearnerGroup:
     def remote_learners(self) -> list[Any]:
         return list(self._remote)
 
+    @flush_denormals()
     def update(self, rollouts: Any, timestep: int) -> dict[str, float]:
         if not self.config.num_learners:
             return self._local.update(rollouts, timestep)

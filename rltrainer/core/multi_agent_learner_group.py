@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rltrainer.core.denormals import flush_denormals
 from rltrainer.core.learner import Learner
 from rltrainer.core.learner_group import LearnerGroup
 from rltrainer.errors import ConfigError
@@ -69,6 +70,7 @@ class MultiAgentLearnerGroup:
         return sum(group.num_restarts for group in self.groups.values())
 
     # --- training ----------------------------------------------------------------------
+    @flush_denormals()
     def update(self, batches: list[Any], timestep: int) -> dict[str, dict[str, float]]:
         """Update each trainable policy on its rollouts of ``batches`` (``MultiAgentBatch``es);
         returns ``{policy id: stats}`` for the policies that had data."""
