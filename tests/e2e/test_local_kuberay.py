@@ -291,6 +291,13 @@ def test_side_by_side_suspend_resume_and_head_restart(stack):
     # team-b has no disable-provisioned-head-restart: a dead head is recreated, workers rejoin.
     old_head = kuberay.kill_head("team-b", "twin")
     wait_for("team-b's head restart", lambda: kuberay.restarts("team-b", "twin").get("head") == 1, 30)
+    # The restart is counted before the status is written: until then it still names the old,
+    # ready head (seen: a ready status naming the killed pod).
+    wait_for(
+        "team-b's status naming the new head",
+        lambda: get_raycluster(custom, "team-b", "twin")["status"].get("head", {}).get("podName") != old_head,
+        30,
+    )
     obj = wait_ready(custom, "team-b", "twin")
     assert obj["status"]["head"]["podName"] != old_head
     assert obj["status"]["endpoints"] == b["status"]["endpoints"]  # the Service's address stays
