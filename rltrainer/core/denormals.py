@@ -6,9 +6,8 @@ denormal number (below 1.2e-38 in float32). x86 CPUs handle arithmetic on denorm
 (older cores take a microcode assist of ~100 cycles per value), so a learner whose network has
 dead units slows down as training goes on (PPO on CartPole: 40-50% of its 9k parameters get
 zero gradients; by iteration 100, 3.5k of Adam's moments are denormal and its step is 1.7x
-slower). Flushing them (the CPU's FTZ and DAZ
-modes) changes nothing else: a denormal moment moves a parameter by less than 1e-30 at learning
-rates below 0.1.
+slower). Flushing them (the CPU's FTZ and DAZ modes) changes nothing else: a denormal moment
+moves a parameter by less than 1e-30 at learning rates below 0.1.
 
 The mode is the calling thread's, so it is set only around an update and put back after it
 (a user's own code in the driver keeps IEEE denormals). GPUs are not affected either way.
