@@ -19,6 +19,7 @@ Stop criteria follow Tune's dict form: ``{"training_iteration": 100, "episode_re
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import math
@@ -107,10 +108,14 @@ def resolve_stop(stop: dict[str, Any], keys_of: type[Algorithm] | type[Algorithm
         # Callbacks' metrics are named by the user: any custom_metrics/... key may stop a run.
         named_by_user = ("custom_metrics/", "evaluation/custom_metrics/", "evaluation/off_policy_estimator/")
         if name not in allowed and not name.startswith(named_by_user) and not _PER_POLICY.fullmatch(name):
+            close = [f"'{match}'" for match in difflib.get_close_matches(str(key), allowed, n=3)]
+            guess = f" (did you mean {' or '.join(close)}?)" if close else ""
             raise ConfigError(
-                f"unknown stop key {key!r}; allowed: {', '.join(allowed)}, "
-                "custom_metrics/<name>_mean|_min|_max, or (multi-agent) "
-                "policy_reward_mean|_min|_max/<policy id>"
+                f"unknown stop key {key!r}{guess}; allowed: "
+                f"{', '.join(keys_of.result_keys(rllib_names=False))}, RLlib's names of these "
+                "(episode_reward_mean, env_runners/..., sampler_results/..., info/...), timers/... "
+                "and perf/... (every key: docs/guide/results.md), custom_metrics/<name>_mean|_min|_max, "
+                "or (multi-agent) policy_reward_mean|_min|_max/<policy id>"
             )
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
             raise ConfigError(f"stop value for {key!r} must be a number, got {value!r}")

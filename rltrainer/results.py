@@ -119,18 +119,24 @@ def _rllib_names(keys: tuple[str, ...] | list[str], prefix: str = "") -> list[st
     ]
 
 
-def result_keys_for(stat_keys: tuple[str, ...] = ()) -> list[str]:
+def result_keys_for(stat_keys: tuple[str, ...] = (), rllib_names: bool = True) -> list[str]:
     """Every numeric key ``train()`` reports with a learner reporting ``stat_keys`` (what stop
-    criteria may name), RLlib's names for them included."""
-    return [
+    criteria may name); ``rllib_names``: RLlib's names and groupings of them, timers and perf
+    too (else only rltrainer's own names, as an error message lists them)."""
+    own = [
         *BASE_RESULT_KEYS,
         *stat_keys,
         *(f"evaluation/{k}" for k in EVALUATION_KEYS),
-        *_rllib_names(BASE_RESULT_KEYS),
         "num_env_steps_sampled_this_iter",
         "num_env_steps_trained_this_iter",
         "num_env_steps_trained_lifetime",
         *MULTI_AGENT_KEYS,
+    ]
+    if not rllib_names:
+        return own
+    return [
+        *own,
+        *_rllib_names(BASE_RESULT_KEYS),
         "info/num_env_steps_sampled",
         "info/num_env_steps_trained",
         *(f"info/learner/default_policy/learner_stats/{k}" for k in stat_keys),

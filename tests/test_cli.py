@@ -197,6 +197,20 @@ def test_stop_keys_accept_rllib_spellings() -> None:
         resolve_stop({"training_iteration": "10"}, PPO)
 
 
+def test_an_unknown_stop_key_names_the_closest_and_lists_our_names_only() -> None:
+    """A typo gets the key it was meant to be; the list is rltrainer's own names (RLlib's names of
+    the same numbers are summarized, not listed: they would triple the message)."""
+    from rltrainer.algorithms.ppo import PPO, PPOConfig
+
+    for keys_of in (PPO, PPOConfig):
+        with pytest.raises(ConfigError) as raised:
+            resolve_stop({"training_iterations": 5}, keys_of)
+        message = str(raised.value)
+        assert "unknown stop key 'training_iterations' (did you mean 'training_iteration'" in message
+        assert "evaluation/episode_return_mean" in message and "RLlib's names of these" in message
+        assert "sampler_results/episode_reward_mean" not in message and len(message) < 1600, message
+
+
 def test_stop_when_any_key_reaches_its_value() -> None:
     stop = {"episode_return_mean": 475, "training_iteration": 10, "evaluation/episode_return_mean": 500}
     assert reached_stop({"training_iteration": 3, "episode_return_mean": math.nan}, stop) is None

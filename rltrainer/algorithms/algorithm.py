@@ -194,9 +194,10 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
         self._last_result: dict[str, Any] | None = None
 
     @classmethod
-    def result_keys(cls) -> list[str]:
-        """Every numeric key ``train()`` reports (what stop criteria may name)."""
-        return result_keys_for(getattr(cls.learner_class, "STAT_KEYS", ()))
+    def result_keys(cls, rllib_names: bool = True) -> list[str]:
+        """Every numeric key ``train()`` reports (what stop criteria may name); without
+        ``rllib_names``, only rltrainer's own names of them."""
+        return result_keys_for(getattr(cls.learner_class, "STAT_KEYS", ()), rllib_names)
 
     # --- the hook ---------------------------------------------------------------------
     def training_step(self) -> dict[str, float]:

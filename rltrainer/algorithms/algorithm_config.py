@@ -219,11 +219,12 @@ class AlgorithmConfig(
         return self._algo_class
 
     @classmethod
-    def result_keys(cls) -> list[str]:
-        """Every numeric key the algorithm's ``train()`` reports (what stop criteria may name)."""
+    def result_keys(cls, rllib_names: bool = True) -> list[str]:
+        """Every numeric key the algorithm's ``train()`` reports (what stop criteria may name);
+        without ``rllib_names``, only rltrainer's own names of them."""
         from rltrainer.results import result_keys_for
 
-        return result_keys_for(cls.STAT_KEYS)
+        return result_keys_for(cls.STAT_KEYS, rllib_names)
 
     def build(self, env: Any = None) -> Any:
         """Validate and create the algorithm (RLlib's ``build_algo``)."""
