@@ -288,6 +288,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    """argparse ``type``: a TCP port, 0-65535 (0: any free port)."""
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, got {text}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """argparse ``type``: an integer >= 0."""
     try:

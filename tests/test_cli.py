@@ -425,3 +425,9 @@ def test_help(args: list[str], words: list[str], capsys: pytest.CaptureFixture) 
 def test_argparse_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture) -> None:
     assert main(args) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_a_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
+    assert main(["serve", "checkpoint", "--port", "70000"]) == 2
+    err = capsys.readouterr().err
+    assert "--port: must be a port from 0 to 65535, got 70000" in err and "Traceback" not in err

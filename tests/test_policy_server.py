@@ -274,6 +274,16 @@ def test_no_env_configs_say_what_they_need(tmp_path: Path) -> None:
         server_config(prot=1)
     with pytest.raises(ConfigError, match=r"'server' cannot be one of a list of paths"):
         PPOConfig().offline_data(input_=["server", "x"])
+    for bad, allowed in [
+        ({"port": 70000}, "port must be an integer from 0 to 65535"),
+        ({"port": "9900"}, "port must be an integer from 0 to 65535"),
+        ({"max_queued_rows": 0}, "max_queued_rows must be a positive integer, got 0"),
+        ({"address": 127}, "address must be a string, got 127"),
+    ]:
+        with pytest.raises(ConfigError, match=allowed):
+            server_config(**bad)
+    with pytest.raises(ConfigError, match="port must be an integer from 0 to 65535, got 65536"):
+        InferenceServer(None, None, port=65536)
     port = free_port()
     first = server_config(port=port).reporting(storage_path=str(tmp_path)).build()
     try:

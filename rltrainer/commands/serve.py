@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from rltrainer.cli_compat import non_negative_int, positive_int
+from rltrainer.cli_compat import port_number, positive_int
 from rltrainer.commands.common import check_not_trial_dir, policy_id_of
 
 
@@ -21,7 +21,7 @@ def add_parser(commands: Any) -> None:
     )
     serve.add_argument("checkpoint", help="a checkpoint folder or s3:// URI")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=non_negative_int, default=9900, help="default 9900 (0: any free port)")
+    serve.add_argument("--port", type=port_number, default=9900, help="default 9900 (0: any free port)")
     serve.add_argument("--explore", action="store_true", help="sample actions (default: greedy)")
     serve.add_argument(
         "--policy-id", default=None, metavar="ID", help="the policy of a multi-agent checkpoint to serve"

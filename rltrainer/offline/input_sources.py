@@ -133,7 +133,23 @@ def check_input_config(config: dict[str, Any]) -> dict[str, Any]:
     fmt = config.get("format")
     if fmt is not None and fmt not in INPUT_FORMATS:
         raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(INPUT_FORMATS)}")
+    port = config.get("port", 0)
+    if not is_port(port):
+        raise ValueError(f"port must be an integer from 0 to 65535 (0: any free port), got {port!r}")
+    for key in ("max_request_bytes", "max_queued_rows"):
+        value = config.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} must be a positive integer, got {value!r}")
+    for key in ("address", "token_env", "token_file"):
+        value = config.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{key} must be a string, got {value!r}")
     return config
+
+
+def is_port(value: Any) -> bool:
+    """Whether ``value`` is a TCP port a server may bind (0: any free one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 65535
 
 
 def resolve_input(

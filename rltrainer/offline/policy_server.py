@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrainer.errors import ConfigError
-from rltrainer.offline.input_sources import SERVER_CONFIG_DEFAULTS, IOContext
+from rltrainer.offline.input_sources import SERVER_CONFIG_DEFAULTS, IOContext, is_port
 from rltrainer.offline.policy_service import (
     COMMANDS,
     PolicyService,
@@ -156,6 +156,8 @@ class PolicyServer:
         max_request_bytes: int = SERVER_CONFIG_DEFAULTS["max_request_bytes"],
         max_queued_rows: int = SERVER_CONFIG_DEFAULTS["max_queued_rows"],
     ) -> None:
+        if not is_port(port):
+            raise ConfigError(f"policy server: port must be an integer from 0 to 65535, got {port!r}")
         token = read_token(token_env, token_file)
         if token is None and not _is_loopback(address):
             raise ConfigError(
@@ -174,7 +176,7 @@ class PolicyServer:
         except OSError as err:
             raise ConfigError(
                 f"policy server: cannot listen on {address}:{port} ({err.strerror or err}); choose another "
-                "port (input_config={'port': ...}) or stop what holds it"
+                f"port ({'input_config={port: ...}' if records else '--port'}) or stop what holds it"
             ) from None
         self.httpd.app = self.service  # type: ignore[attr-defined]
         self.address, self.port = self.httpd.server_address[:2]
