@@ -46,9 +46,13 @@ from rltrainer.core.composite_actions import CompositeActions
 from rltrainer.core.filters import CLIP, MeanStdFilter
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import ConfigError
+from rltrainer.storage import writable_folder
 
 FORMATS = ("onnx", "torchscript")
 DEFAULT_OPSET = 18
+#: The lowest opset torch's exporter converts its models down to (it writes 18, converts where
+#: each op allows, and leaves 18 where one does not or for lower opsets).
+MIN_OPSET = 14
 
 
 class ExportedPolicy(nn.Module):
@@ -197,8 +201,9 @@ def export_policy(
     missing exporter package."""
     if fmt not in FORMATS:
         raise ConfigError(f"export format {fmt!r} is not one of {', '.join(FORMATS)}")
-    export_dir = Path(export_dir)
-    export_dir.mkdir(parents=True, exist_ok=True)
+    export_dir, problem = writable_folder(export_dir)
+    if problem is not None:
+        raise ConfigError(f"export folder {str(export_dir)!r} cannot be written ({problem})")
     module = ExportedPolicy(policy, observation_filter).eval()
     inputs, outputs = example_inputs(policy)
     with torch.no_grad(), warnings.catch_warnings():
@@ -236,7 +241,7 @@ def _export_onnx(
     module: nn.Module, inputs: dict[str, torch.Tensor], output_names: list[str], path: Path, opset: int
 ) -> None:
     try:
-        import onnx  # noqa: F401 - the exporter needs it; say so here rather than deep inside torch
+        import onnx  # the exporter needs it; say so here rather than deep inside torch
         import onnxscript  # noqa: F401
     except ImportError:
         raise ConfigError(
@@ -244,13 +249,34 @@ def _export_onnx(
             "(or use the torchscript format)"
         ) from None
     batch = torch.export.Dim("batch", min=1)
-    quiet = logging.getLogger("torch.onnx")  # its notices about optional torchvision ops
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
+    # torch.onnx's notices about optional torchvision ops; onnxscript's traceback of a failed
+    # opset conversion (checked below, in one line).
+    quiet = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.CRITICAL)
     try:
         _onnx_export(module, inputs, output_names, path, opset, batch)
     finally:
-        quiet.setLevel(level)
+        for logger, level in zip(quiet, levels, strict=True):
+            logger.setLevel(level)
+    written = _onnx_opset(path)
+    if written != opset:  # the exporter falls back to its own opset where it cannot convert
+        for leftover in (path, path.with_name(path.name + ".data")):
+            leftover.unlink(missing_ok=True)
+        raise ConfigError(
+            f"ONNX opset {opset}: torch's exporter cannot write this policy at it (it wrote opset "
+            f"{written}); opsets {DEFAULT_OPSET} to {onnx.defs.onnx_opset_version()} always work, "
+            f"{MIN_OPSET} to {DEFAULT_OPSET - 1} where each of the policy's ops converts"
+        )
+
+
+def _onnx_opset(path: Path) -> int | None:
+    """The default (``ai.onnx``) domain's opset the model file at ``path`` declares."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
 
 
 def _onnx_export(

@@ -233,7 +233,13 @@ class LocalStorage(Storage):
         base = self.root / path
         if not base.is_dir():
             return []
-        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file())
+        # os.walk skips a folder it cannot list (not readable, or deleted meanwhile: checkpoints
+        # rotated by a running trial) and os.path.isfile an entry it cannot stat, where rglob and
+        # Path.is_file raise.
+        found = []
+        for folder, _, names in os.walk(base):
+            found.extend(Path(folder, name) for name in names if os.path.isfile(os.path.join(folder, name)))
+        return sorted(p.relative_to(self.root).as_posix() for p in found)
 
     def exists(self, path: str) -> bool:
         return (self.root / path).is_file()

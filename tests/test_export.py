@@ -141,6 +141,19 @@ def test_cli_export(tmp_path, capsys):
     assert "--opset is an ONNX setting" in capsys.readouterr().err
     assert main(["export", str(checkpoint), "--format", "tflite", "--out", str(out)]) == 2
     assert "invalid choice: 'tflite'" in capsys.readouterr().err
+    # An opset torch's exporter cannot convert to (it would write its own, 18) and a folder that
+    # cannot be made: one line each, no model file left that claims the wrong opset.
+    low = tmp_path / "low"
+    assert main(["export", str(checkpoint), "--opset", "11", "--out", str(low)]) == 2
+    err = capsys.readouterr().err
+    assert "ONNX opset 11: torch's exporter cannot write this policy at it (it wrote opset 18)" in err
+    assert "opsets 18 to" in err and "Traceback" not in err
+    assert not list(low.glob("model.onnx*"))
+    assert main(["export", str(checkpoint), "--opset", "20", "--out", str(low)]) == 0
+    assert json.loads((low / "export.json").read_text())["opset"] == 20
+    assert main(["export", str(checkpoint), "--out", "/proc/no/export"]) == 2
+    err = capsys.readouterr().err
+    assert "export folder '/proc/no/export' cannot be written (No such file or directory)" in err
 
 
 # --- Dict and Tuple action spaces: one output per part ---------------------------------------

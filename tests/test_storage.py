@@ -500,3 +500,30 @@ def test_cli_train_list_download_inspect_evaluate_on_s3(s3_root, tmp_path, capsy
     assert "not an empty directory" in capsys.readouterr().err
     assert main(["checkpoints", "list", f"{s3_root}/nothing"]) == 0
     assert "no checkpoints under" in capsys.readouterr().out
+
+
+def test_a_local_listing_skips_what_it_cannot_read(tmp_path: Path, monkeypatch) -> None:
+    """A folder deleted while it is listed (a running trial rotating its checkpoints) and an entry
+    this process may not stat are skipped, as ``find`` does, instead of ending the listing."""
+    import os
+
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "a.txt").write_text("a")
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / "b.txt").write_text("b")
+    (tmp_path / "secret.txt").write_text("c")
+    scandir, stat = os.scandir, os.stat
+
+    def deleted_meanwhile(path="."):
+        if os.fspath(path).endswith("gone"):
+            raise FileNotFoundError(2, "No such file or directory", os.fspath(path))
+        return scandir(path)
+
+    def not_allowed(path, *args, **kwargs):
+        if os.fspath(path).endswith("secret.txt"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "scandir", deleted_meanwhile)
+    monkeypatch.setattr(os, "stat", not_allowed)
+    assert open_storage(str(tmp_path)).list() == ["kept/a.txt"]
