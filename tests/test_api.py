@@ -105,6 +105,21 @@ def test_compute_actions_list_and_dict(algo):
     assert [int(by_key[f"agent{i}"]) for i in range(4)] == [int(a) for a in singles]
 
 
+def test_an_unknown_policy_id_is_named_not_ignored(algo):
+    """A single-agent algorithm has one policy, ``default_policy``: another id is a mistake (a
+    multi-agent id in single-agent code), refused as a multi-agent algorithm refuses it."""
+    obs = [0.0, 0.0, 0.0, 0.0]
+    assert algo.get_policy("default_policy") is algo.get_policy()
+    for call in (
+        lambda: algo.get_policy("main"),
+        lambda: algo.compute_single_action(obs, policy_id="main"),
+        lambda: algo.compute_actions([obs], policy_id="main"),
+        lambda: algo.env_runner_group.local_worker().get_policy("main"),
+    ):
+        with pytest.raises(KeyError, match="no policy 'main'; policies: default_policy"):
+            call()
+
+
 def test_compute_actions_full_fetch(algo):
     actions, state, extra = algo.compute_actions(cartpole_observations(3), explore=False, full_fetch=True)
     assert len(actions) == 3

@@ -33,9 +33,9 @@ class PolicyAccess:
 
     def get_policy(self, policy_id: str = "default_policy") -> Policy:
         """The policy the env runners act with (weights as of the last update); in a
-        multi-agent algorithm the one named ``policy_id``."""
-        local = self.env_runner_group.local_worker()
-        return local.get_policy(policy_id) if self._multi_agent else local.policy
+        multi-agent algorithm the one named ``policy_id``. ``KeyError`` naming the policies for
+        an id the algorithm does not have (a single-agent one has ``default_policy``)."""
+        return self.env_runner_group.local_worker().get_policy(policy_id)
 
     def add_policy(
         self,

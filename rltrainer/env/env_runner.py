@@ -486,8 +486,11 @@ class EnvRunner(RunnerEnvs, EnvRunnerCore):
         """``{"default_policy": policy}``: the Trainer-era ``local_worker().policy_map``."""
         return {"default_policy": self.policy}
 
-    def get_policy(self, policy_id: str = "default_policy") -> Any:  # noqa: ARG002
-        """The policy this runner acts with (RLlib's ``RolloutWorker.get_policy``)."""
+    def get_policy(self, policy_id: str = "default_policy") -> Any:
+        """The policy this runner acts with (RLlib's ``RolloutWorker.get_policy``): its only one,
+        ``default_policy`` (``KeyError`` for another id, as a multi-agent runner's)."""
+        if policy_id != "default_policy":
+            raise KeyError(f"no policy {policy_id!r}; policies: default_policy")
         return self.policy
 
     def foreach_policy_to_train(self, fn: Callable[..., Any]) -> list[Any]:
