@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import torch
 
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.env import register_env
+from rltrainer.errors import RLTrainerError
 from tests import envs
 
 RESULT_KEYS = [
@@ -522,3 +525,18 @@ def test_env_name_with_slash_stays_one_folder_level(tmp_path):
         algo.stop()
     assert algo.trial_dir.parent.parent == tmp_path
     assert (algo.trial_dir / "result.json").is_file()
+
+
+def test_a_stopped_algorithm_refuses_to_train_or_evaluate(tmp_path):
+    """After stop() the runners, learners and result files are released: train() and evaluate()
+    say so instead of training on with what is left; saving and acting still work."""
+    algo = PPOConfig().environment("CartPole-v1").reporting(storage_path=str(tmp_path)).build()
+    algo.stop()
+    for call, name in ((algo.train, "train()"), (algo.evaluate, "evaluate()")):
+        with pytest.raises(
+            RLTrainerError, match=rf"{re.escape(name)}: this PPO was stopped .*from_checkpoint"
+        ):
+            call()
+    assert algo.compute_single_action([0.0, 0.0, 0.0, 0.0], explore=False) in (0, 1)
+    assert Path(algo.save(str(tmp_path / "checkpoint"))).is_dir()
+    algo.stop()  # twice is harmless

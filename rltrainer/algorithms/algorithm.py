@@ -52,7 +52,7 @@ from rltrainer.core.torch_compile import check_compile_settings
 from rltrainer.env.env_runner import EpisodeStats, Rollout
 from rltrainer.env.env_runner_group import EnvRunnerGroup
 from rltrainer.env.video import resolve_videos
-from rltrainer.errors import ConfigError
+from rltrainer.errors import ConfigError, RLTrainerError
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import resolve_output
 from rltrainer.policy import Policy
@@ -268,6 +268,7 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
         Under Tune, ``checkpoint_frequency`` asks Tune for a checkpoint (Tune's
         ``should_checkpoint``), which Tune saves into its trial folder.
         """
+        self._check_not_stopped("train()")
         start = time.perf_counter()
         self._iteration_samples, self._iteration_episodes, self._timers = 0, [], {}
         self._iteration_agent_steps = 0
@@ -380,6 +381,7 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
         the training step running meanwhile (its ``done()`` ends an ``"auto"`` evaluation;
         called directly, an ``"auto"`` evaluation runs one round).
         """
+        self._check_not_stopped("evaluate()")
         call_hook(self.callbacks, "on_evaluate_start", algorithm=self)
         results = {"evaluation": add_rllib_keys(self._evaluation.run(parallel_train_future))}
         call_hook(self.callbacks, "on_evaluate_end", algorithm=self, evaluation_metrics=results)
@@ -415,6 +417,16 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
             self._result_logger.close()
             self._result_logger = None
         self._remove_cache()
+
+    def _check_not_stopped(self, what: str) -> None:
+        # Without this, train() after stop() went on quietly: the remote env runners gone, the
+        # driver's runner sampled instead, and results were appended to the stopped trial's files.
+        if not self._built:
+            raise RLTrainerError(
+                f"{what}: this {type(self).__name__} was stopped (stop() released its env runners, "
+                "learners and result files); build a new one, or Algorithm.from_checkpoint(...) to "
+                "go on from a checkpoint"
+            )
 
     def __enter__(self) -> Algorithm:
         return self
