@@ -216,6 +216,17 @@ def test_a_search_space_on_a_rejected_value_fails_at_the_builder():
         config.build()
 
 
+def test_an_empty_or_unlisted_grid_fails_at_the_builder():
+    """Tune's trial generator fails on an empty grid with an IndexError; the builder names it."""
+    grid = r"a grid_search takes a non-empty list of values"
+    with pytest.raises(ConfigError, match=rf"search space of 'lr' is \{{'grid_search': \[\]\}}: {grid}"):
+        PPOConfig().training(lr=tune.grid_search([]))
+    with pytest.raises(ConfigError, match=rf"search space of 'lr' is \{{'grid_search': 0.1\}}: {grid}"):
+        PPOConfig().update_from_dict({"lr": {"grid_search": 0.1}})
+    with pytest.raises(ConfigError, match=rf"search space of 'model' is .*: {grid}"):
+        PPOConfig().training(model={"fcnet_hiddens": {"grid_search": []}})
+
+
 def test_an_unknown_key_in_param_space_fails_the_sweep_once(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key 'lrr' \(did you mean 'lr'\?\)"):
         tune.Tuner(

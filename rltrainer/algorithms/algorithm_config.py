@@ -48,7 +48,7 @@ from rltrainer.algorithms.config_sections.section import (
 )
 from rltrainer.algorithms.rllib_keys import translate_rllib_keys
 from rltrainer.errors import ConfigError
-from rltrainer.tune.search_space import candidates, holds_search_space
+from rltrainer.tune.search_space import candidates, holds_search_space, malformed_grid
 from rltrainer.utils.import_paths import object_path
 
 
@@ -289,6 +289,11 @@ class AlgorithmConfig(
                 suggestion = self._suggestion(key, allowed)
                 raise ConfigError(
                     f"{section}(): unknown key '{key}'{suggestion}; allowed: {_shown(section, allowed)}"
+                )
+            if (grid := malformed_grid(value)) is not None:
+                raise ConfigError(
+                    f"{section}(): the search space of '{key}' is {grid!r}: a grid_search takes a "
+                    'non-empty list of values, e.g. {"grid_search": [0.001, 0.0001]}'
                 )
             if holds_search_space(value):
                 self._set_search_space(section, key, value, allowed)

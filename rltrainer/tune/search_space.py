@@ -21,6 +21,22 @@ def is_search_space(value: Any) -> bool:
     return any(klass.__module__ == _SAMPLE_MODULE for klass in type(value).__mro__)
 
 
+def malformed_grid(value: Any) -> dict | None:
+    """The first ``{"grid_search": ...}`` in ``value`` (nested ones too) whose values are not a
+    non-empty list, where Tune would fail in its trial generator; None when there is none."""
+    if isinstance(value, dict):
+        if set(value) == {"grid_search"} and not (
+            isinstance(value["grid_search"], list | tuple) and value["grid_search"]
+        ):
+            return value
+        items = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return None
+    return next((found for item in items if (found := malformed_grid(item)) is not None), None)
+
+
 def holds_search_space(value: Any) -> bool:
     """``value`` is a search space or a dict or list with one inside (Tune resolves nested ones)."""
     if is_search_space(value):
@@ -67,4 +83,4 @@ def _nested_candidates(value: dict) -> list[dict]:
     return [{k: v for k, v in variant.items() if v is not None} for variant in out]
 
 
-__all__ = ["candidates", "holds_search_space", "is_search_space"]
+__all__ = ["candidates", "holds_search_space", "is_search_space", "malformed_grid"]

@@ -248,6 +248,13 @@ INVALID = [
         "the search space of 'lr' can take -1, which is not allowed",
     ),
     (
+        "sweep-grid-empty",
+        {"config": {"lr": {"grid_search": []}}},
+        OPERATOR,
+        "spec.config.lr",
+        "a grid_search takes a non-empty list of values",
+    ),
+    (
         "sweep-grid-key-unknown",
         {"config": {"learning_rate": {"grid_search": [0.001, 0.0001]}}},
         OPERATOR,
