@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import gymnasium as gym
 import pytest
 
@@ -101,3 +103,38 @@ def test_documented_settings_that_match_what_rltrainer_does_are_accepted():
     refused = r"output_compress_columns=\['obs'\] cannot take effect.*compressed whole"
     with pytest.raises(ValueError, match=refused):
         config.offline_data(output_compress_columns=["obs"])
+
+
+#: RLlib 2.x's module of each algorithm rltrainer has, and the class names it exports there
+#: (td3, ars, apex_dqn and apex_ddpg are RLlib 2.0-2.7's; bc is current).
+RLLIB_ALGORITHM_MODULES = {
+    "ppo": ["PPO", "PPOConfig"],
+    "dqn": ["DQN", "DQNConfig"],
+    "sac": ["SAC", "SACConfig"],
+    "ddpg": ["DDPG", "DDPGConfig"],
+    "td3": ["TD3", "TD3Config"],
+    "impala": ["IMPALA", "IMPALAConfig"],
+    "appo": ["APPO", "APPOConfig"],
+    "a2c": ["A2C", "A2CConfig"],
+    "a3c": ["A3C", "A3CConfig"],
+    "pg": ["PG", "PGConfig"],
+    "es": ["ES", "ESConfig"],
+    "ars": ["ARS", "ARSConfig"],
+    "bc": ["BC", "BCConfig"],
+    "marwil": ["MARWIL", "MARWILConfig"],
+    "cql": ["CQL", "CQLConfig"],
+    "apex_dqn": ["ApexDQN", "ApexDQNConfig"],
+    "apex_ddpg": ["ApexDDPG", "ApexDDPGConfig"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(RLLIB_ALGORITHM_MODULES))
+def test_rllibs_algorithm_modules_import_with_rltrainer_for_ray_rllib(module):
+    """``from ray.rllib.algorithms.bc import BCConfig`` becomes ``from rltrainer.algorithms.bc
+    import BCConfig`` (the migration page's promise), the same class as the registry's."""
+    from rltrainer.algorithms.registry import get_algorithm_class
+
+    imported = importlib.import_module(f"rltrainer.algorithms.{module}")
+    algorithm, config = (getattr(imported, name) for name in RLLIB_ALGORITHM_MODULES[module])
+    assert config is algorithm.config_class
+    assert get_algorithm_class(config.ALGORITHM) is algorithm
