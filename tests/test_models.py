@@ -23,6 +23,10 @@ from rltrainer.errors import ConfigError
 from rltrainer.models import ModelCatalog, TorchModelV2
 from rltrainer.models.conv_filters import DEFAULT_CONV_FILTERS
 from rltrainer.models.preprocessors import get_preprocessor
+from rltrainer.models.torch.fcnet import FullyConnectedNetwork as TorchFC
+from rltrainer.models.torch.torch_modelv2 import TorchModelV2 as RLlibTorchModelV2
+from rltrainer.utils.annotations import override
+from rltrainer.utils.framework import try_import_tf, try_import_torch
 
 FRAMES = "tests.envs:BrightSideEnv"
 
@@ -43,6 +47,28 @@ class TinyModel(TorchModelV2):
 
     def value_function(self):
         return self._values
+
+
+# RLlib's custom-model example (a model wrapping RLlib's fully connected network), with only its
+# imports changed from ray.rllib to rltrainer.
+rllib_torch, rllib_nn = try_import_torch()
+
+
+class RLlibsCustomTorchModel(RLlibTorchModelV2, rllib_nn.Module):
+    def __init__(self, obs_space, action_space, num_outputs, model_config, name):
+        RLlibTorchModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name)
+        rllib_nn.Module.__init__(self)
+        self.torch_sub_model = TorchFC(obs_space, action_space, num_outputs, model_config, name)
+
+    @override(RLlibTorchModelV2)
+    def forward(self, input_dict, state, seq_lens):
+        input_dict["obs"] = input_dict["obs"].float()
+        fc_out, _ = self.torch_sub_model(input_dict, state, seq_lens)
+        return fc_out, []
+
+    @override(RLlibTorchModelV2)
+    def value_function(self):
+        return rllib_torch.reshape(self.torch_sub_model.value_function(), [-1])
 
 
 class WrongWidth(TinyModel):
@@ -228,6 +254,67 @@ def test_a_registered_custom_model_trains_saves_and_restores(tmp_path):
         restored.compute_single_action(obs, explore=False)
     finally:
         restored.stop()
+
+
+def test_rllibs_custom_model_example_learns_with_its_imports_changed(tmp_path):
+    """RLlib's example model around its ``FullyConnectedNetwork`` (``fcnet_hiddens`` and
+    ``fcnet_activation`` from the model config, a separate value stack) learns CartPole as the
+    built-in MLP does (the tuned example's settings)."""
+    ModelCatalog.register_custom_model("rllib_example", RLlibsCustomTorchModel)
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=32)
+        .training(
+            train_batch_size=256,
+            minibatch_size=256,
+            num_epochs=20,
+            gamma=0.98,
+            lambda_=0.8,
+            lr=3e-3,
+            kl_coeff=0.0,
+            vf_clip_param=None,
+            model={"custom_model": "rllib_example", "fcnet_hiddens": [64, 64], "fcnet_activation": "relu"},
+        )
+        .reporting(storage_path=str(tmp_path), metrics_num_episodes_for_smoothing=20)
+        .debugging(seed=0)
+    )
+    algo = config.build()
+    try:
+        sub = algo.get_policy().model.model.torch_sub_model
+        assert [m.out_features for m in sub._hidden_layers if isinstance(m, nn.Linear)] == [64, 64]
+        assert isinstance(sub._hidden_layers[1], nn.ReLU) and sub._value_branch_separate is not None
+        best = 0.0
+        for _ in range(60):
+            best = max(best, algo.train()["episode_return_mean"])
+            if best >= 200:
+                break
+        assert best >= 200, best
+    finally:
+        algo.stop()
+
+
+def test_rllibs_model_helpers():
+    """``override`` refuses a method its parent lacks; ``try_import_tf`` answers as RLlib does
+    without TensorFlow; the network without ``num_outputs`` gives its features."""
+    with pytest.raises(NameError, match="forwrd does not override any method of TorchModelV2"):
+
+        class Typo(RLlibTorchModelV2):
+            @override(RLlibTorchModelV2)
+            def forwrd(self, input_dict, state, seq_lens): ...
+
+    assert try_import_tf() == (None, None, None)
+    with pytest.raises(ImportError, match="torch only"):
+        try_import_tf(error=True)
+    space = spaces.Box(-1, 1, (3,))
+    features = TorchFC(space, spaces.Discrete(2), None, {"fcnet_hiddens": [16], "vf_share_layers": True}, "f")
+    out, state = features({"obs_flat": torch.zeros(5, 3)}, [], None)
+    assert features.num_outputs == 16 and out.shape == (5, 16) and state == []
+    assert features.value_function().shape == (5,) and features._value_branch_separate is None
+    with pytest.raises(RuntimeError, match="call forward"):
+        TorchFC(space, spaces.Discrete(2), 2, {}, "f").value_function()
+    with pytest.raises(ConfigError, match="unknown fcnet_activation 'gelu'"):
+        TorchFC(space, spaces.Discrete(2), 2, {"fcnet_activation": "gelu"}, "f")
 
 
 def test_a_custom_model_by_class_path_gives_dqn_features_for_its_q_head():
