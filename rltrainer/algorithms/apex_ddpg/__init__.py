@@ -4,14 +4,9 @@
 
 from typing import TYPE_CHECKING
 
-from rltrainer.utils.lazy import lazy_exports
+from rltrainer.algorithms.apex import __getattr__  # noqa: F401 - its lazy exports serve this path
 
 if TYPE_CHECKING:
-    from rltrainer.algorithms.apex.apex import ApexDDPG
-    from rltrainer.algorithms.apex.apex_config import ApexDDPGConfig
+    from rltrainer.algorithms.apex import ApexDDPG, ApexDDPGConfig
 
 __all__ = ["ApexDDPG", "ApexDDPGConfig"]
-__getattr__ = lazy_exports(
-    __name__,
-    {"ApexDDPG": "rltrainer.algorithms.apex.apex", "ApexDDPGConfig": "rltrainer.algorithms.apex.apex_config"},
-)

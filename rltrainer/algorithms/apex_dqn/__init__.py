@@ -4,14 +4,9 @@
 
 from typing import TYPE_CHECKING
 
-from rltrainer.utils.lazy import lazy_exports
+from rltrainer.algorithms.apex import __getattr__  # noqa: F401 - its lazy exports serve this path
 
 if TYPE_CHECKING:
-    from rltrainer.algorithms.apex.apex import ApexDQN
-    from rltrainer.algorithms.apex.apex_config import ApexDQNConfig
+    from rltrainer.algorithms.apex import ApexDQN, ApexDQNConfig
 
 __all__ = ["ApexDQN", "ApexDQNConfig"]
-__getattr__ = lazy_exports(
-    __name__,
-    {"ApexDQN": "rltrainer.algorithms.apex.apex", "ApexDQNConfig": "rltrainer.algorithms.apex.apex_config"},
-)

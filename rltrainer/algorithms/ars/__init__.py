@@ -4,13 +4,9 @@
 
 from typing import TYPE_CHECKING
 
-from rltrainer.utils.lazy import lazy_exports
+from rltrainer.algorithms.es import __getattr__  # noqa: F401 - its lazy exports serve this path
 
 if TYPE_CHECKING:
-    from rltrainer.algorithms.es.es import ARS
-    from rltrainer.algorithms.es.es_config import ARSConfig
+    from rltrainer.algorithms.es import ARS, ARSConfig
 
 __all__ = ["ARS", "ARSConfig"]
-__getattr__ = lazy_exports(
-    __name__, {"ARS": "rltrainer.algorithms.es.es", "ARSConfig": "rltrainer.algorithms.es.es_config"}
-)

@@ -4,14 +4,9 @@
 
 from typing import TYPE_CHECKING
 
-from rltrainer.utils.lazy import lazy_exports
+from rltrainer.algorithms.marwil import __getattr__  # noqa: F401 - its lazy exports serve this path
 
 if TYPE_CHECKING:
-    from rltrainer.algorithms.marwil.marwil import BC
-    from rltrainer.algorithms.marwil.marwil_config import BCConfig
+    from rltrainer.algorithms.marwil import BC, BCConfig
 
 __all__ = ["BC", "BCConfig"]
-__getattr__ = lazy_exports(
-    __name__,
-    {"BC": "rltrainer.algorithms.marwil.marwil", "BCConfig": "rltrainer.algorithms.marwil.marwil_config"},
-)

@@ -4,13 +4,9 @@
 
 from typing import TYPE_CHECKING
 
-from rltrainer.utils.lazy import lazy_exports
+from rltrainer.algorithms.ddpg import __getattr__  # noqa: F401 - its lazy exports serve this path
 
 if TYPE_CHECKING:
-    from rltrainer.algorithms.ddpg.ddpg import TD3
-    from rltrainer.algorithms.ddpg.ddpg_config import TD3Config
+    from rltrainer.algorithms.ddpg import TD3, TD3Config
 
 __all__ = ["TD3", "TD3Config"]
-__getattr__ = lazy_exports(
-    __name__, {"TD3": "rltrainer.algorithms.ddpg.ddpg", "TD3Config": "rltrainer.algorithms.ddpg.ddpg_config"}
-)
