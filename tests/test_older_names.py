@@ -138,3 +138,42 @@ def test_rllibs_algorithm_modules_import_with_rltrainer_for_ray_rllib(module):
     algorithm, config = (getattr(imported, name) for name in RLLIB_ALGORITHM_MODULES[module])
     assert config is algorithm.config_class
     assert get_algorithm_class(config.ALGORITHM) is algorithm
+
+
+#: RLlib's other import paths user code takes classes and helpers from (custom policies and
+#: models, multi-agent configs, callbacks), each with ``ray.rllib`` changed to ``rltrainer``.
+RLLIB_PATHS = {
+    "policy.policy": ["Policy", "PolicySpec"],
+    "policy.sample_batch": ["SampleBatch", "DEFAULT_POLICY_ID"],
+    "models": ["ModelCatalog"],
+    "models.torch.torch_modelv2": ["TorchModelV2"],
+    "models.torch.fcnet": ["FullyConnectedNetwork"],
+    "models.preprocessors": ["get_preprocessor"],
+    "utils.framework": ["try_import_torch", "try_import_tf"],
+    "utils.annotations": ["override", "PublicAPI", "DeveloperAPI"],
+    "algorithms.algorithm": ["Algorithm"],
+    "algorithms.algorithm_config": ["AlgorithmConfig"],
+    "algorithms.callbacks": ["DefaultCallbacks"],
+    "env.multi_agent_env": ["MultiAgentEnv", "make_multi_agent"],
+    "env.env_context": ["EnvContext"],
+    "env.policy_client": ["PolicyClient"],
+    "env.policy_server_input": ["PolicyServerInput"],
+    "env.wrappers.pettingzoo_env": ["PettingZooEnv", "ParallelPettingZooEnv"],
+}
+
+
+@pytest.mark.parametrize("path", sorted(RLLIB_PATHS))
+def test_rllibs_import_paths_hold_their_names(path):
+    module = importlib.import_module(f"rltrainer.{path}")
+    missing = [name for name in RLLIB_PATHS[path] if not hasattr(module, name)]
+    assert not missing, f"rltrainer.{path} lacks {missing}"
+
+
+def test_the_policy_paths_give_the_same_classes():
+    from rltrainer.policy import Policy, PolicySpec
+    from rltrainer.policy import policy as rllib_path
+    from rltrainer.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
+    from rltrainer.utils.sample_batch import SampleBatch as OurSampleBatch
+
+    assert (rllib_path.Policy, rllib_path.PolicySpec) == (Policy, PolicySpec)
+    assert SampleBatch is OurSampleBatch and DEFAULT_POLICY_ID == "default_policy"

@@ -55,7 +55,7 @@ from rltrainer.env.video import resolve_videos
 from rltrainer.errors import ConfigError, RLTrainerError
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.offline.output_writer import resolve_output
-from rltrainer.policy import Policy
+from rltrainer.policy.policy import Policy
 from rltrainer.results import TIMER_KEYS, ResultLogger, add_rllib_keys, perf_metrics, result_keys_for
 from rltrainer.storage import (
     StorageError,

@@ -257,7 +257,7 @@ class AlgorithmConfig(
         """The ``Policy`` subclass env runners act with: the algorithm's ``policy_class``, looked
         up in the registry for a registered algorithm (env-runner and learner actors call this:
         importing the algorithm would import Ray Tune in each, 0.7 s of its start)."""
-        from rltrainer.policy import Policy
+        from rltrainer.policy.policy import Policy
 
         if self._algo_class is None and self.ALGORITHM is not None:
             from rltrainer.algorithms.registry import get_policy_class

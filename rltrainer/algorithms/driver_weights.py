@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rltrainer.core.learner_group import LearnerGroup
-    from rltrainer.policy import Policy
+    from rltrainer.policy.policy import Policy
 
 
 def driver_policies(algo: Any) -> dict[str, Policy]:

@@ -19,7 +19,7 @@ from rltrainer.core.multi_agent_learner_group import MultiAgentLearnerGroup
 from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.models.catalog import ModelCatalog
-from rltrainer.policy import filter_file, load_policy, optimizer_file, policy_class_of, policy_file
+from rltrainer.policy.policy import filter_file, load_policy, optimizer_file, policy_class_of, policy_file
 from rltrainer.policy_spec import PolicySpec, parse_policies, trainable_policies
 
 

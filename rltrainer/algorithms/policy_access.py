@@ -15,7 +15,7 @@ import numpy as np
 from rltrainer.algorithms import driver_weights
 from rltrainer.env.episode import index_obs
 from rltrainer.errors import ConfigError
-from rltrainer.policy import Policy, pack_state
+from rltrainer.policy.policy import Policy, pack_state
 
 
 class PolicyAccess:

@@ -20,7 +20,7 @@ class Registered(NamedTuple):
 
     algorithm: str
     config: str
-    policy: str = "rltrainer.policy:Policy"
+    policy: str = "rltrainer.policy.policy:Policy"
 
 
 ALGORITHMS: dict[str, Registered] = {

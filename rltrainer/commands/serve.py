@@ -47,7 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
     import threading
 
     from rltrainer.offline.policy_server import InferenceServer
-    from rltrainer.policy import Policy
+    from rltrainer.policy.policy import Policy
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     check_not_trial_dir(args.checkpoint)

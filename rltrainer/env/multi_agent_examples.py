@@ -14,7 +14,7 @@ import numpy as np
 
 from rltrainer.env.multi_agent_env import make_multi_agent
 from rltrainer.env.wrappers.pettingzoo_env import ParallelPettingZooEnv, PettingZooEnv
-from rltrainer.policy import Policy
+from rltrainer.policy.policy import Policy
 
 
 def _importable(cls: type, name: str) -> type:

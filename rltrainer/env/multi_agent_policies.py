@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from rltrainer.errors import ConfigError, EnvError
-from rltrainer.policy import Policy, policy_class_of
+from rltrainer.policy.policy import Policy, policy_class_of
 from rltrainer.policy_spec import PolicySpec
 from rltrainer.utils.import_paths import resolve_function
 

@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium import spaces as gym_spaces
 
 from rltrainer.core import compiled
-from rltrainer.policy import Policy
+from rltrainer.policy.policy import Policy
 
 _VERSION = attrgetter("_version")
 

@@ -10,7 +10,7 @@ from gymnasium import spaces
 from rltrainer.algorithms.ddpg.ddpg_learner import DDPGModule
 from rltrainer.core.distributions import SquashedDeterministic
 from rltrainer.errors import ConfigError
-from rltrainer.policy import Policy
+from rltrainer.policy.policy import Policy
 
 
 class DDPGPolicy(Policy):

@@ -13,7 +13,7 @@ from rltrainer.algorithms.dqn.dqn_learner import DQNModule
 from rltrainer.core.distributions import Categorical
 from rltrainer.core.models import QNetwork
 from rltrainer.errors import ConfigError
-from rltrainer.policy import Policy
+from rltrainer.policy.policy import Policy
 
 
 class DQNPolicy(Policy):

@@ -3,7 +3,7 @@ and so without Ray Tune)."""
 
 from __future__ import annotations
 
-from rltrainer.policy import Policy
+from rltrainer.policy.policy import Policy
 
 
 class PGPolicy(Policy):

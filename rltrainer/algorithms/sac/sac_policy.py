@@ -9,7 +9,7 @@ from gymnasium import spaces
 from rltrainer.algorithms.sac.sac_learner import SACModule
 from rltrainer.core.distributions import Categorical, SquashedGaussian
 from rltrainer.errors import ConfigError
-from rltrainer.policy import Policy
+from rltrainer.policy.policy import Policy
 
 
 class SACPolicy(Policy):
