@@ -151,6 +151,7 @@ RLLIB_PATHS = {
     "models.preprocessors": ["get_preprocessor"],
     "utils.framework": ["try_import_torch", "try_import_tf"],
     "utils.annotations": ["override", "PublicAPI", "DeveloperAPI"],
+    "utils.typing": ["MultiAgentDict", "PolicyID", "AgentID", "ModelConfigDict", "TensorType"],
     "algorithms.algorithm": ["Algorithm"],
     "algorithms.algorithm_config": ["AlgorithmConfig"],
     "algorithms.callbacks": ["DefaultCallbacks"],
