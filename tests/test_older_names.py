@@ -178,3 +178,29 @@ def test_the_policy_paths_give_the_same_classes():
 
     assert (rllib_path.Policy, rllib_path.PolicySpec) == (Policy, PolicySpec)
     assert SampleBatch is OurSampleBatch and DEFAULT_POLICY_ID == "default_policy"
+
+
+def test_learners_and_api_stack_builders_of_rllibs_current_documents(caplog):
+    """``.learners(...)`` sets what ``.resources(...)`` sets for learners; ``.api_stack(...)``'s
+    switches are accepted with one logged line each, other keys refused naming the allowed."""
+    from rltrainer.errors import ConfigError
+
+    by_learners = PPOConfig().learners(num_learners=2, num_cpus_per_learner=0.5, num_gpus_per_learner=0)
+    by_resources = PPOConfig().resources(num_learners=2, num_cpus_per_learner=0.5, num_gpus_per_learner=0)
+    assert by_learners.to_dict() == by_resources.to_dict()
+    with pytest.raises(
+        ConfigError, match="learners\\(\\): unknown key 'local_gpu_idx'; allowed: num_learners"
+    ):
+        PPOConfig().learners(local_gpu_idx=0)
+    with caplog.at_level("WARNING"):
+        config = PPOConfig().api_stack(
+            enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True
+        )
+    assert config.to_dict() == PPOConfig().to_dict()
+    assert caplog.text.count("has no effect in rltrainer") == 2
+    with pytest.raises(ConfigError, match="api_stack\\(\\): unknown key 'new'; allowed"):
+        PPOConfig().api_stack(new=True)
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'num_learners' \(set by \.resources\(\) or \.learners\(\)\)"
+    ):
+        PPOConfig().training(num_learners=1)

@@ -101,6 +101,8 @@ class AlgorithmConfig(
         "fault_tolerance": fault_tolerance.KEYS,
         "framework": framework.KEYS,
         "resources": resources.KEYS,
+        "learners": resources.LEARNER_KEYS,
+        "api_stack": (),  # RLlib's no-effect switches only
     }
 
     _algo_class: type | None = PrivateAttr(default=None)
@@ -344,10 +346,10 @@ class AlgorithmConfig(
         """Where an unknown key belongs: another builder method's field (or RLlib's older name
         of one), else the closest allowed name."""
         name = ALIASES.get(key, key)
-        owner = next((section for section, fields in self.SECTIONS.items() if name in fields), None)
-        if owner is not None:
+        owners = [f".{section}()" for section, fields in self.SECTIONS.items() if name in fields]
+        if owners:
             older = f"RLlib's older name of '{name}', " if name != key else ""
-            return f" ({older}set by .{owner}())"
+            return f" ({older}set by {' or '.join(owners)})"
         hint = difflib.get_close_matches(key, allowed, n=1)
         return f" (did you mean '{hint[0]}'?)" if hint else ""
 

@@ -1,11 +1,13 @@
 """``.framework()``: torch (the only framework, accepted for RLlib compatibility) and
-``torch.compile`` for the learners and the env runners."""
+``torch.compile`` for the learners and the env runners; ``.api_stack()``, RLlib's switches of
+its internals."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, Self
 
 from rltrainer.algorithms.config_sections.section import ConfigSection
+from rltrainer.errors import ConfigError
 
 #: ``torch.compile``'s modes.
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -21,6 +23,9 @@ KEYS = (
     "torch_compile_worker_dynamo_backend",
     "torch_compile_worker_dynamo_mode",
 )
+
+#: RLlib's ``api_stack()`` switches (no effect here: ``NO_EFFECT`` says why).
+API_STACK_SWITCHES = ("enable_rl_module_and_learner", "enable_env_runner_and_connector_v2")
 
 
 class FrameworkSettings(ConfigSection):
@@ -47,6 +52,17 @@ class FrameworkSettings(ConfigSection):
     backend of torch 2.13)."""
     torch_compile_worker_dynamo_mode: CompileMode | None = None
     """The ``torch.compile`` mode of the env runners (None: torch's default)."""
+
+    def api_stack(self, **kwargs: Any) -> Self:
+        """RLlib's switches between its old and new internals (``enable_rl_module_and_learner``,
+        ``enable_env_runner_and_connector_v2``): rltrainer has one implementation, so either
+        value is accepted with one logged line."""
+        unknown = [key for key in kwargs if key not in API_STACK_SWITCHES]
+        if unknown:
+            raise ConfigError(
+                f"api_stack(): unknown key '{unknown[0]}'; allowed: {', '.join(API_STACK_SWITCHES)}"
+            )
+        return self._update("api_stack", kwargs)
 
     def framework(self, framework: str = "torch", **kwargs: Any) -> Self:
         """Accepted for RLlib compatibility: only ``"torch"`` is supported (``eager_tracing=False``

@@ -24,6 +24,14 @@ KEYS = (
     "fake_gpus",
 )
 
+#: What RLlib's ``learners()`` sets (the same fields as ``resources()``'s learner settings).
+LEARNER_KEYS = (
+    "num_learners",
+    "num_cpus_per_learner",
+    "num_gpus_per_learner",
+    "custom_resources_per_learner",
+)
+
 
 class ResourcesSettings(ConfigSection):
     """``resources()``'s settings."""
@@ -60,3 +68,8 @@ class ResourcesSettings(ConfigSection):
     def resources(self, **kwargs: Any) -> Self:
         """CPUs, GPUs and custom resources for learners and env runners."""
         return self._update("resources", kwargs)
+
+    def learners(self, **kwargs: Any) -> Self:
+        """RLlib's ``learners()``: how many learner actors (0 trains in the driver) and each one's
+        CPUs, GPUs and custom resources (``LEARNER_KEYS``, also settable by ``resources()``)."""
+        return self._update("learners", kwargs)
