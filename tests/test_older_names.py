@@ -204,3 +204,53 @@ def test_learners_and_api_stack_builders_of_rllibs_current_documents(caplog):
         ConfigError, match=r"unknown key 'num_learners' \(set by \.resources\(\) or \.learners\(\)\)"
     ):
         PPOConfig().training(num_learners=1)
+
+
+def test_rl_module_model_config_sets_the_same_network_as_the_model_dict(tmp_path):
+    """RLlib's new-stack ``rl_module(model_config=DefaultModelConfig(...))`` (or a dict of its
+    keys, over its defaults: shared layers, no free log std) gives the ``model`` settings of the
+    same network; the algorithm builds and trains with them."""
+    from rltrainer.core.rl_module.default_model_config import DefaultModelConfig
+    from rltrainer.errors import ConfigError
+
+    by_rl_module = PPOConfig().rl_module(
+        model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="swish")
+    )
+    by_model = PPOConfig().training(
+        model={
+            "fcnet_hiddens": [32],
+            "fcnet_activation": "silu",
+            "vf_share_layers": True,
+            "free_log_std": False,
+        }
+    )
+    assert by_rl_module.to_dict() == by_model.to_dict()
+    # Each head's own layers: the heads' networks are separate and use the encoder's activation.
+    heads = PPOConfig().rl_module(
+        model_config_dict={
+            "fcnet_hiddens": [16],
+            "head_fcnet_hiddens": [8],
+            "head_fcnet_activation": "tanh",
+            "vf_share_layers": False,
+        }
+    )
+    assert heads.model.fcnet_hiddens == [16, 8] and not heads.model.vf_share_layers
+    algo = heads.environment("CartPole-v1").training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+    algo = algo.reporting(storage_path=str(tmp_path)).build()
+    try:
+        assert algo.train()["timesteps_total"] == 128
+        assert [w.shape for k, w in algo.get_policy().get_weights().items() if k.endswith("weight")][:2] == [
+            (16, 4),
+            (8, 16),
+        ]
+    finally:
+        algo.stop()
+    for bad, why in [
+        ({"model_config": {"head_fcnet_hiddens": [8]}}, "policy and value heads are single linear layers"),
+        ({"model_config": {"fcnet_hidens": [8]}}, "unknown model_config key 'fcnet_hidens' \\(did you mean"),
+        ({"model_config": DefaultModelConfig(fcnet_kernel_initializer="xavier_uniform")}, "leave it None"),
+        ({"model_config": {"log_std_clip_param": 2.0}}, "does not clip the log standard deviation"),
+        ({"rl_module_spec": object()}, "write the network as a TorchModelV2 custom model"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            PPOConfig().rl_module(**bad)

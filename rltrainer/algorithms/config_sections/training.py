@@ -42,6 +42,39 @@ class TrainingSettings(ConfigSection):
         """Optimization settings (subclasses add their algorithm's own)."""
         return self._update("training", kwargs)
 
+    def rl_module(
+        self,
+        *,
+        model_config: Any = None,
+        rl_module_spec: Any = None,
+        algorithm_config_overrides_per_module: Any = None,
+        model_config_dict: Any = None,
+    ) -> Self:
+        """RLlib's new-stack builder, for its network settings: ``model_config`` (a
+        ``DefaultModelConfig`` or a dict of its keys; ``model_config_dict``, RLlib's older name)
+        sets the equivalent ``model`` settings. Custom RLModules are refused, saying what to write."""
+        if rl_module_spec is not None:
+            raise ConfigError(
+                "rl_module(): rl_module_spec: custom RLModules belong to RLlib's new API stack, which "
+                "rltrainer does not implement; write the network as a TorchModelV2 custom model "
+                "(training(model={'custom_model': ...}); docs/guide/models.md)"
+            )
+        if algorithm_config_overrides_per_module is not None:
+            raise ConfigError(
+                "rl_module(): algorithm_config_overrides_per_module: a policy's own settings are "
+                "PolicySpec(config={...}) in multi_agent(policies={...})"
+            )
+        if model_config is not None and model_config_dict is not None:
+            raise ConfigError(
+                "rl_module(): give model_config or model_config_dict (its older name), not both"
+            )
+        given = model_config if model_config is not None else model_config_dict
+        if given is None:
+            return self
+        from rltrainer.core.rl_module.default_model_config import model_settings
+
+        return self._update("training", {"model": model_settings(given)})
+
     def _check_training(self) -> None:
         if isinstance(self.lr, list):
             check_schedule("lr", self.lr)
