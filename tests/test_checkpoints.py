@@ -16,6 +16,7 @@ from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.checkpoint_store import download_checkpoint
 from rltrainer.checkpoints import METADATA_FILE, Checkpoint
 from rltrainer.env.spaces import space_from_json, space_to_json
+from rltrainer.errors import CheckpointError
 from tests import envs
 
 HIDDENS = [16, 16]
@@ -109,6 +110,20 @@ def test_from_checkpoint_restores_everything(trained):
         assert_same_state(algo, restored)
     finally:
         restored.stop()
+
+
+def test_a_single_agent_checkpoint_has_one_policy_to_select(trained):
+    """RLlib's ``policy_ids`` may name the one policy; anything multi-agent is refused."""
+    algo, path = trained
+    restored = PPO.from_checkpoint(path, policy_ids=["default_policy"])
+    try:
+        assert_same_state(algo, restored)
+    finally:
+        restored.stop()
+    with pytest.raises(CheckpointError, match="is single-agent: its one policy is 'default_policy'"):
+        PPO.from_checkpoint(path, policy_ids=["main"])
+    with pytest.raises(CheckpointError, match="policy_mapping_fn and policies_to_train are for multi-agent"):
+        PPO.from_checkpoint(path, policies_to_train=["default_policy"])
 
 
 def test_training_continues_after_restore(trained, tmp_path):

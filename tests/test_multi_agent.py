@@ -30,7 +30,7 @@ from rltrainer.env.multi_agent_examples import (
     policy_per_agent,
     shared_policy,
 )
-from rltrainer.errors import ConfigError, EnvError
+from rltrainer.errors import CheckpointError, ConfigError, EnvError
 from rltrainer.policy import Policy, PolicySpec
 from tests.ray_clusters import kill_actor
 
@@ -512,6 +512,43 @@ def test_an_agent_the_env_never_declared_is_named(tmp_path):
             algo.train()
     finally:
         algo.stop()
+
+
+def everyone_plays_p1(agent_id, episode=None, worker=None, **kwargs):
+    return "p1"
+
+
+def test_from_checkpoint_restores_a_subset_of_policies_with_a_new_mapping(tmp_path):
+    """RLlib's ``Algorithm.from_checkpoint(path, policy_ids=..., policy_mapping_fn=...,
+    policies_to_train=...)``: only the kept policies are built and loaded, mapped and trained
+    as asked; an id the checkpoint lacks is named."""
+    algo = two_cartpoles(tmp_path, policies_to_train=["p0"]).build()
+    try:
+        algo.train()
+        path = algo.save(str(tmp_path / "ckpt"))
+        saved_p1 = weights_of(algo.get_policy("p1"))
+    finally:
+        algo.stop()
+    restored = PPO.from_checkpoint(
+        path, policy_ids=["p1"], policy_mapping_fn=everyone_plays_p1, policies_to_train=["p1"]
+    )
+    try:
+        assert list(restored.env_runner_group.local_worker().policy_map) == ["p1"]
+        assert same_weights(weights_of(restored.get_policy("p1")), saved_p1)
+        assert restored.learner_group.policy_ids == ["p1"]
+        restored.train()
+        assert not same_weights(weights_of(restored.get_policy("p1")), saved_p1)  # p1 learns now
+        with pytest.raises(KeyError, match="no policy 'p0'"):
+            restored.get_policy("p0")
+    finally:
+        restored.stop()
+    kept = PPO.from_checkpoint(path, policy_ids=["p0", "p1"])  # as saved: p0 learns, p1 does not
+    try:
+        assert kept.learner_group.policy_ids == ["p0"]
+    finally:
+        kept.stop()
+    with pytest.raises(CheckpointError, match="holds no policy 'p9'; policies: p0, p1"):
+        PPO.from_checkpoint(path, policy_ids=["p9"])
 
 
 def test_evaluating_a_multi_agent_checkpoint_reports_each_policy(tmp_path):

@@ -181,20 +181,44 @@ class Checkpointing:
     restore_from_path = restore
 
     @classmethod
-    def from_checkpoint(cls, checkpoint_path: Any, config_overrides: dict | None = None) -> Self:
+    def from_checkpoint(
+        cls,
+        checkpoint_path: Any,
+        config_overrides: dict | None = None,
+        *,
+        policy_ids: Any = None,
+        policy_mapping_fn: Any = None,
+        policies_to_train: Any = None,
+    ) -> Self:
         """Rebuild the algorithm a checkpoint was written by, from the checkpoint alone.
 
         ``checkpoint_path`` may be ``s3://...`` (S3 settings: ``config_overrides["storage_options"]``
         over the AWS environment); it is downloaded and verified first. A Tune checkpoint
         (``result_grid.get_best_result(...).checkpoint``) works too, local or on S3.
+
+        For a multi-agent checkpoint, as RLlib's: ``policy_ids`` restores only these policies,
+        ``policy_mapping_fn`` maps agents from now on, ``policies_to_train`` says which learn
+        (default: those that learned and are kept).
         """
         checkpoint_path = checkpoint_uri(checkpoint_path)
         options = (config_overrides or {}).get("storage_options")
+        selection = {
+            "policy_ids": policy_ids,
+            "policy_mapping_fn": policy_mapping_fn,
+            "policies_to_train": policies_to_train,
+        }
         with open_checkpoint(checkpoint_path, options) as checkpoint:
-            return cls._build_from(checkpoint, checkpoint_path, config_overrides)
+            return cls._build_from(checkpoint, checkpoint_path, config_overrides, selection)
 
     @classmethod
-    def _build_from(cls, checkpoint: Checkpoint, checkpoint_path: str, config_overrides: dict | None) -> Self:
+    def _build_from(
+        cls,
+        checkpoint: Checkpoint,
+        checkpoint_path: str,
+        config_overrides: dict | None,
+        selection: dict[str, Any] | None = None,
+    ) -> Self:
+        from rltrainer.algorithms.multi_agent import select_policies
         from rltrainer.algorithms.registry import get_algorithm_class
 
         algo_class = get_algorithm_class(checkpoint.metadata["algorithm"])
@@ -208,15 +232,17 @@ class Checkpointing:
             raise CheckpointError(f"checkpoint {checkpoint_path!r} has an invalid config: {err}") from None
         if config_overrides:
             config.update_from_dict(config_overrides)
+        kept = select_policies(config, checkpoint, **(selection or {}))
         algo = algo_class(config)
         try:
-            algo._restore_from(checkpoint)
+            algo._restore_from(checkpoint, kept)
         except BaseException:
             algo.stop()
             raise
         return algo
 
-    def _restore_from(self, checkpoint: Checkpoint) -> None:
+    def _restore_from(self, checkpoint: Checkpoint, policy_ids: list[str] | None = None) -> None:
+        """The checkpoint's state (``policy_ids``: of a multi-agent one, only these policies')."""
         meta = checkpoint.metadata
         if meta["algorithm"] != type(self).__name__:
             raise CheckpointError(
@@ -231,7 +257,7 @@ class Checkpointing:
         if self._multi_agent:
             from rltrainer.algorithms.multi_agent import restore
 
-            restore(self, checkpoint)
+            restore(self, checkpoint, policy_ids)
         else:
             self._restore_policy(checkpoint)
         self.counters = Counters(**meta["counters"])

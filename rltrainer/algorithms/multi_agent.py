@@ -20,7 +20,7 @@ from rltrainer.env.spaces import space_to_json
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.policy.policy import filter_file, load_policy, optimizer_file, policy_class_of, policy_file
-from rltrainer.policy_spec import PolicySpec, parse_policies, trainable_policies
+from rltrainer.policy_spec import DEFAULT_POLICY_ID, PolicySpec, parse_policies, trainable_policies
 
 
 def learner_config(config: Any, policy_id: str, num_policies: int) -> Any:
@@ -99,15 +99,63 @@ def checkpoint_parts(algo: Any) -> tuple[dict[str, Any], dict[str, Any], dict[st
     return metadata, tensors, arrays
 
 
-def restore(algo: Any, checkpoint: Any) -> None:
-    """Load a multi-agent checkpoint's policies: add the ones this algorithm lacks (policies
-    added at run time), check the others' spaces, then load weights, optimizers and filters."""
+def select_policies(
+    config: Any,
+    checkpoint: Any,
+    policy_ids: Any = None,
+    policy_mapping_fn: Any = None,
+    policies_to_train: Any = None,
+) -> list[str] | None:
+    """RLlib's ``from_checkpoint(policy_ids=..., policy_mapping_fn=..., policies_to_train=...)``:
+    ``config`` (the checkpoint's) set to build only the kept policies, mapped and trained as
+    asked; returns the kept policy ids (``None``: all of them, nothing was asked)."""
+    if policy_ids is None and policy_mapping_fn is None and policies_to_train is None:
+        return None
+    meta = checkpoint.metadata
+    if "policies" not in meta:
+        if policy_ids is not None and list(policy_ids) != [DEFAULT_POLICY_ID]:
+            raise CheckpointError(
+                f"checkpoint {checkpoint.source!r} is single-agent: its one policy is {DEFAULT_POLICY_ID!r}, "
+                f"not {list(policy_ids)}"
+            )
+        if policy_mapping_fn is not None or policies_to_train is not None:
+            raise CheckpointError(
+                f"checkpoint {checkpoint.source!r} is single-agent: policy_mapping_fn and policies_to_train "
+                "are for multi-agent checkpoints"
+            )
+        return None
+    saved = parse_policies(meta["policies"])
+    kept = list(saved) if policy_ids is None else list(policy_ids)
+    missing = [pid for pid in kept if pid not in saved]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {checkpoint.source!r} holds no policy {missing[0]!r}; policies: {', '.join(saved)}"
+        )
+    settings: dict[str, Any] = {"policies": {pid: saved[pid] for pid in kept}}
+    if policy_mapping_fn is not None:
+        settings["policy_mapping_fn"] = policy_mapping_fn
+    if policies_to_train is None:
+        policies_to_train = [pid for pid in meta.get("policies_to_train", kept) if pid in kept]
+    settings["policies_to_train"] = policies_to_train
+    try:
+        config.multi_agent(**settings)
+    except ConfigError as err:
+        raise CheckpointError(f"from_checkpoint({checkpoint.source!r}): {err}") from None
+    return kept
+
+
+def restore(algo: Any, checkpoint: Any, policy_ids: list[str] | None = None) -> None:
+    """Load a multi-agent checkpoint's policies (``policy_ids``: only these): add the ones this
+    algorithm lacks (policies added at run time), check the others' spaces, then load weights,
+    optimizers and filters."""
     meta = checkpoint.metadata
     if "policies" not in meta:
         raise CheckpointError(
             f"checkpoint {checkpoint.source!r} holds one single-agent policy; this algorithm is multi-agent"
         )
     saved = parse_policies(meta["policies"])
+    if policy_ids is not None:
+        saved = {pid: spec for pid, spec in saved.items() if pid in policy_ids}
     local = algo.env_runner_group.local_worker()
     for pid, spec in saved.items():
         current = local.policy_specs.get(pid)
