@@ -16,7 +16,7 @@ import pytest
 from rltrainer.algorithms.callbacks import DefaultCallbacks
 from rltrainer.algorithms.evaluation_loop import AUTO_ROUND_STEPS, split
 from rltrainer.algorithms.ppo import PPO, PPOConfig
-from rltrainer.errors import ConfigError
+from rltrainer.errors import ConfigError, EnvError
 from tests.ray_clusters import kill_actor
 
 FIXED_LENGTH = "tests.envs:FixedLengthEnv"
@@ -91,6 +91,16 @@ def test_bad_values_name_the_key(key, value):
 def test_inconsistent_settings_fail_validation(settings, match):
     with pytest.raises(ConfigError, match=match):
         PPOConfig().environment("CartPole-v1").evaluation(**settings).validate()
+
+
+def test_evaluation_config_mistakes_fail_at_build(tmp_path):
+    """A typo'd key gets the key it was meant to be; an evaluation env id that cannot be resolved
+    fails at build, though the local evaluation runner is only made at the first evaluation."""
+    config = PPOConfig().environment("CartPole-v1").reporting(storage_path=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['explor'\] \(did you mean 'explore'\?\)"):
+        config.copy().evaluation(evaluation_interval=1, evaluation_config={"explor": False}).build()
+    with pytest.raises(EnvError, match="unknown env 'Nope-v0'"):
+        config.copy().evaluation(evaluation_interval=1, evaluation_config={"env": "Nope-v0"}).build()
 
 
 def test_custom_evaluation_function_is_saved_by_name(tmp_path):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from rltrainer.algorithms.episode_metrics import episode_metrics
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats
 from rltrainer.env.env_runner_group import EnvRunnerGroup
+from rltrainer.env.registry import resolve_creator
 from rltrainer.errors import ConfigError
 from rltrainer.utils.import_paths import object_path, resolve_function
 
@@ -61,6 +62,10 @@ class Evaluation:
         self._group: EnvRunnerGroup | None = None
         if self.config.evaluation_num_env_runners > 0:  # actors start with the algorithm
             self._group = self._make_group()
+        elif (self.config.evaluation_config or {}).get("env") is not None:
+            # The local evaluation runner is made at the first evaluation: an env id it cannot
+            # resolve fails now, at build, not after the first training iteration.
+            resolve_creator(self.config.evaluation_config["env"])
         self.estimation = None  # off_policy_estimation_methods, on recorded episodes
         if self.config.off_policy_estimation_methods:
             from rltrainer.offline.estimators import OffPolicyEstimation
