@@ -93,6 +93,10 @@ def test_ctrl_c_stops_cleanly_with_a_checkpoint(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C's default disposition in the child, whatever this process inherited: a suite
+        # started in the background by a non-interactive shell runs with SIGINT ignored, which
+        # every child inherits, and Python then installs no KeyboardInterrupt handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60
