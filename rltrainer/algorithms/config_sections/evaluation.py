@@ -3,7 +3,6 @@ overrides (``evaluation_config``), and the checks of those settings."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator
@@ -83,8 +82,7 @@ class EvaluationSettings(ConfigSection):
         if self.evaluation_config:
             unknown = self._unknown_keys(self.evaluation_config)
             if unknown:
-                hint = difflib.get_close_matches(unknown[0], self._all_fields(), n=1)
-                guess = f" (did you mean '{hint[0]}'?)" if hint else ""
+                guess = self._suggestion(unknown[0], tuple(self._all_fields()))
                 raise ConfigError(
                     f"evaluation_config has unknown key(s) {unknown}{guess}; "
                     f"allowed: {', '.join(self._all_fields())}"

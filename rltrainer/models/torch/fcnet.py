@@ -20,15 +20,11 @@ from rltrainer.models.torch.torch_modelv2 import TorchModelV2
 
 
 def _hidden_layers(sizes: list[int], activation: str) -> nn.Sequential:
-    """A linear layer and ``activation`` for each step of ``sizes`` (orthogonal init, gain sqrt(2),
-    as rltrainer's built-in MLP); empty for one size."""
-    layers: list[nn.Module] = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
-        linear = nn.Linear(n_in, n_out)
-        nn.init.orthogonal_(linear.weight, gain=np.sqrt(2))
-        nn.init.zeros_(linear.bias)
-        layers += [linear, ACTIVATIONS[activation]()]
-    return nn.Sequential(*layers)
+    """A linear layer and ``activation`` for each step of ``sizes``: rltrainer's built-in MLP
+    (its init), with the activation after the last layer too; empty for one size."""
+    if len(sizes) < 2:
+        return nn.Sequential()
+    return nn.Sequential(*mlp(sizes, activation, out_gain=np.sqrt(2)), ACTIVATIONS[activation]())
 
 
 class FullyConnectedNetwork(TorchModelV2):
