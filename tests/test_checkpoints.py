@@ -171,6 +171,25 @@ def test_default_save_path_is_in_trial_dir(tmp_path):
         algo.stop()
 
 
+def test_save_result_answers_rllibs_checkpoint_path_and_metrics(tmp_path):
+    """RLlib's ``save()`` returns a result object: ``result.checkpoint.path``, ``result.metrics``."""
+    algo = make_config(tmp_path, observation_filter="NoFilter").training(num_epochs=1).build()
+    try:
+        assert algo.save(str(tmp_path / "untrained")).metrics == {}
+        trained = algo.train()
+        result = algo.save()
+        assert result.checkpoint.path == str(result) == str(algo.trial_dir / "checkpoint_000001")
+        assert type(result.checkpoint.path) is str
+        assert result.metrics["training_iteration"] == 1
+        assert result.metrics["episode_return_mean"] == trained["episode_return_mean"]
+        algo.restore(result.checkpoint)
+        restored = PPO.from_checkpoint(result.checkpoint.path)
+        assert restored.iteration == 1
+        restored.stop()
+    finally:
+        algo.stop()
+
+
 def test_checkpoint_frequency(tmp_path):
     config = make_config(tmp_path, observation_filter="NoFilter").training(num_epochs=1)
     algo = config.checkpointing(checkpoint_frequency=2).build()

@@ -94,6 +94,32 @@ class RecordPlacement(DefaultCallbacks):
         result["in_trial_group"] = not algorithm._placement.owned
 
 
+def short_cartpole(env_config):
+    import gymnasium as gym
+
+    return gym.make("CartPole-v1", max_episode_steps=env_config.get("steps", 10))
+
+
+def test_an_env_registered_with_tunes_register_env(tmp_path):
+    """RLlib's documents register custom envs with Tune's ``register_env``: the name reaches the
+    driver's runner, remote runners and Tune's trial actors."""
+    tune.register_env("tune-registered-cartpole", short_cartpole)
+    config = PPOConfig().update_from_dict({**FAST, "env": "tune-registered-cartpole", "num_env_runners": 1})
+    algo = config.environment(env_config={"steps": 7}).build()
+    try:
+        assert algo.train()["episode_len_mean"] <= 7
+        assert algo.evaluate()["evaluation"]["episode_len_mean"] <= 7
+    finally:
+        algo.stop()
+    results = tune.Tuner(
+        "PPO",
+        param_space={**FAST, "env": "tune-registered-cartpole", "env_config": {"steps": 5}},
+        run_config=run_config(tmp_path, "registered", {"training_iteration": 1}),
+    ).fit()
+    assert not results.errors
+    assert results[0].metrics["episode_len_mean"] <= 5
+
+
 def test_trial_actors_use_the_trial_placement_group(tmp_path):
     config = {**FAST, "num_env_runners": 1, "callbacks_class": RecordPlacement}
     bundles = PPO.default_resource_request(PPOConfig().update_from_dict(config).to_dict()).bundles

@@ -252,7 +252,7 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
         cfg = self.config
         if cfg.checkpoint_frequency and self.counters.training_iteration % cfg.checkpoint_frequency == 0:
             try:
-                result["checkpoint_path"] = self.save()
+                result["checkpoint_path"] = str(self.save())  # a plain str in results (files, yaml)
             except StorageError as err:  # the manifest was not written: no checkpoint, not a broken one
                 logger.warning(
                     "checkpoint of iteration %d not saved; training goes on and the next checkpoint "

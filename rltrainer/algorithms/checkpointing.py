@@ -38,6 +38,30 @@ from rltrainer.storage import StorageError, is_remote, join_uri, parent_uri
 logger = logging.getLogger(__name__)
 
 
+class SavedCheckpoint(str):
+    """What ``save()`` returns: the checkpoint's folder or ``s3://`` URI, a plain ``str`` for
+    ``restore()``, ``from_checkpoint()`` and the CLI. It also answers RLlib's forms of a save's
+    result: ``result.checkpoint.path`` (the same string) and ``result.metrics`` (the training
+    result the checkpoint was written after, ``{}`` before the first ``train()``)."""
+
+    metrics: dict[str, Any]
+
+    def __new__(cls, path: str, metrics: dict[str, Any] | None = None) -> SavedCheckpoint:
+        saved = super().__new__(cls, path)
+        saved.metrics = dict(metrics or {})
+        return saved
+
+    @property
+    def checkpoint(self) -> SavedCheckpoint:
+        """RLlib's ``save()`` result holds a checkpoint object; here it is the path itself."""
+        return self
+
+    @property
+    def path(self) -> str:
+        """The checkpoint's folder or URI (RLlib's ``checkpoint.path``)."""
+        return str(self)
+
+
 @dataclasses.dataclass
 class Counters:
     """Lifetime counters; checkpoints store them so a restored run continues its curve."""
@@ -55,7 +79,8 @@ class Checkpointing:
     """``Algorithm``'s checkpoint methods (see the module docstring)."""
 
     def save(self, checkpoint_dir: str | None = None) -> Any:
-        """Write a checkpoint (default: ``<trial_dir>/checkpoint_<iteration>``); returns its path or URI.
+        """Write a checkpoint (default: ``<trial_dir>/checkpoint_<iteration>``); returns its path or
+        URI, a ``SavedCheckpoint`` (a ``str`` that also has RLlib's ``.checkpoint.path``).
 
         An ``s3://`` target is written to a temporary folder, then uploaded: files first,
         manifest last. Saves into the trial folder then apply ``num_to_keep``. Raises
@@ -70,7 +95,7 @@ class Checkpointing:
         path = self._write_checkpoint(checkpoint_dir)
         if default and self.config.num_to_keep is not None:
             self._apply_retention()
-        return path
+        return SavedCheckpoint(path, self._last_result)
 
     def save_checkpoint(self, checkpoint_dir: str) -> str:
         """Write this algorithm's checkpoint files into ``checkpoint_dir`` (Tune's hook; no pickle)."""

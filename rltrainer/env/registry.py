@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -45,8 +46,29 @@ def registered_envs() -> list[str]:
 
 
 def is_registered(env: Any) -> bool:
-    """Whether ``env`` is a name given to ``register_env`` in this process."""
-    return isinstance(env, str) and env in _REGISTRY
+    """Whether ``env`` is a name given to ``register_env`` in this process, or to Ray Tune's
+    ``ray.tune.registry.register_env`` (RLlib's documented way; adopted here on first sight)."""
+    if not isinstance(env, str):
+        return False
+    if env not in _REGISTRY:
+        creator = _tune_registered_creator(env)
+        if creator is not None:
+            _REGISTRY[env] = creator  # from here on it travels to env runners like our own names
+    return env in _REGISTRY
+
+
+def _tune_registered_creator(name: str) -> EnvCreator | None:
+    """``name``'s creator in Ray Tune's registry, if a script registered it there. Tune's registry
+    is only read when the script imported it (so it may hold names); it keeps the creator
+    in-process until Ray starts, then in the cluster's key-value store, where Tune's trial actors
+    read it too."""
+    tune_registry = sys.modules.get("ray.tune.registry")
+    if tune_registry is None:
+        return None
+    registry, category = tune_registry._global_registry, tune_registry.ENV_CREATOR
+    if not registry.contains(category, name):
+        return None
+    return registry.get(category, name)
 
 
 def registered_creators() -> dict[str, EnvCreator]:
@@ -62,7 +84,7 @@ def resolve_creator(env: Any) -> EnvCreator:
         return lambda ctx: env(ctx)
     if not isinstance(env, str) or not env:
         raise EnvError(f"env must be a name, 'package.module:Class' or a gym.Env class, got {env!r}")
-    if env in _REGISTRY:
+    if is_registered(env):
         return _REGISTRY[env]
     if ":" in env and env not in gym.registry:
         module_name, _, name = env.partition(":")
@@ -122,11 +144,11 @@ def env_is_multi_agent(env: Any) -> bool:
     created here: a creator's first env tells ``EnvRunnerGroup`` (``MultiAgentEnvFoundError``)."""
     if env is None or not isinstance(env, str | type):
         return False
-    if isinstance(env, str) and env not in _REGISTRY and (":" not in env or env in gym.registry):
+    if isinstance(env, str) and not is_registered(env) and (":" not in env or env in gym.registry):
         return False  # a gymnasium id: single-agent, nothing to import or create
     if isinstance(env, type):
         return issubclass(env, MultiAgentEnv)
-    if env in _REGISTRY:  # known once its creator made one (EnvRunnerGroup)
+    if is_registered(env):  # known once its creator made one (EnvRunnerGroup)
         return is_known_multi_agent(env)
     return _names_multi_agent_class(env)
 
@@ -153,9 +175,9 @@ def _refuse_multi_agent(created: Any, env: Any) -> None:
 def make_env(env: Any, ctx: EnvContext, render_mode: str | None = None) -> gym.Env:
     """Create one env; ``render_mode`` is passed to gymnasium ids (e.g. for videos). Atari
     games come preprocessed (``rltrainer.env.atari``)."""
-    if env not in _REGISTRY and is_atari(env):
+    if not is_registered(env) and is_atari(env):
         return AtariEnv(env, dict(ctx))
-    if render_mode is not None and isinstance(env, str) and env in gym.registry and env not in _REGISTRY:
+    if render_mode is not None and isinstance(env, str) and env in gym.registry and not is_registered(env):
         return _checked(gym.make(env, render_mode=render_mode, **ctx), env)
     creator = resolve_creator(env)
     try:
