@@ -88,6 +88,16 @@ EPISODE_ALIASES: dict[str, str] = {
 #: What RLlib groups under ``sampler_results`` and ``env_runners`` (with ``custom_metrics``
 #: and ``hist_stats``).
 SAMPLER_KEYS: tuple[str, ...] = (*EPISODE_ALIASES, "episode_len_mean", "episodes_this_iter")
+#: RLlib's current (new API stack) names under ``env_runners/`` of counters a result reports at
+#: its top level: RLlib name -> our key (``rltrainer.utils.metrics`` names them as RLlib does).
+ENV_RUNNER_COUNTERS: dict[str, str] = {
+    "num_episodes": "episodes_this_iter",
+    "num_episodes_lifetime": "episodes_total",
+    "num_env_steps_sampled": "num_env_steps_sampled",
+    "num_env_steps_sampled_lifetime": "num_env_steps_sampled_lifetime",
+    "num_agent_steps_sampled": "num_agent_steps_sampled",
+    "num_agent_steps_sampled_lifetime": "num_agent_steps_sampled_lifetime",
+}
 #: ``timers/...`` of every result: milliseconds spent in this iteration.
 TIMER_KEYS: tuple[str, ...] = (
     "training_iteration_time_ms",
@@ -112,10 +122,11 @@ def _rllib_names(keys: tuple[str, ...] | list[str], prefix: str = "") -> list[st
     """The RLlib-named keys ``add_rllib_keys`` derives from ``keys`` (for stop criteria)."""
     old = [EPISODE_ALIASES[k] for k in EPISODE_ALIASES if k in keys]
     sampler = [EPISODE_ALIASES.get(k, k) for k in SAMPLER_KEYS]
+    counters = [name for name, ours in ENV_RUNNER_COUNTERS.items() if ours in keys]
     return [
         *(prefix + k for k in old),
         *(f"{prefix}sampler_results/{k}" for k in sampler),
-        *(f"{prefix}env_runners/{k}" for k in dict.fromkeys([*SAMPLER_KEYS, *sampler])),
+        *(f"{prefix}env_runners/{k}" for k in dict.fromkeys([*SAMPLER_KEYS, *sampler, *counters])),
     ]
 
 
@@ -136,10 +147,11 @@ def result_keys_for(stat_keys: tuple[str, ...] = (), rllib_names: bool = True) -
         return own
     return [
         *own,
-        *_rllib_names(BASE_RESULT_KEYS),
+        *_rllib_names([*BASE_RESULT_KEYS, *MULTI_AGENT_KEYS]),
         "info/num_env_steps_sampled",
         "info/num_env_steps_trained",
         *(f"info/learner/default_policy/learner_stats/{k}" for k in stat_keys),
+        *(f"learners/default_policy/{k}" for k in stat_keys),
         *(f"timers/{k}" for k in TIMER_KEYS),
         *(f"perf/{k}" for k in PERF_KEYS),
         *_rllib_names(EVALUATION_KEYS, "evaluation/"),
@@ -149,16 +161,20 @@ def result_keys_for(stat_keys: tuple[str, ...] = (), rllib_names: bool = True) -
 def add_rllib_keys(metrics: dict[str, Any], learner_stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """Add RLlib's names and groupings of the same numbers to a result (or to its
     ``evaluation`` metrics): ``episode_reward_mean|min|max``, ``sampler_results/...`` and
-    ``env_runners/...``, and with ``learner_stats`` (``{policy id: stats}``)
-    ``info/learner/<policy id>/learner_stats/...``.
+    ``env_runners/...`` (with RLlib's current names of the sampling counters:
+    ``num_episodes``, ``num_env_steps_sampled_lifetime``, ...), and with ``learner_stats``
+    (``{policy id: stats}``) ``info/learner/<policy id>/learner_stats/...`` and RLlib's current
+    ``learners/<policy id>/...``.
     Derived from what is there, never computed a second time. Returns ``metrics``."""
     for ours, theirs in EPISODE_ALIASES.items():
         if ours in metrics:
             metrics[theirs] = metrics[ours]
     grouped = {key: metrics[key] for key in (*SAMPLER_KEYS, "custom_metrics", "hist_stats") if key in metrics}
     metrics["sampler_results"] = {EPISODE_ALIASES.get(key, key): value for key, value in grouped.items()}
-    metrics["env_runners"] = {**grouped, **metrics["sampler_results"]}
+    counters = {name: metrics[ours] for name, ours in ENV_RUNNER_COUNTERS.items() if ours in metrics}
+    metrics["env_runners"] = {**grouped, **metrics["sampler_results"], **counters}
     if learner_stats is not None:
+        metrics["learners"] = {pid: dict(stats) for pid, stats in learner_stats.items()}
         metrics["info"] = {
             "learner": {pid: {"learner_stats": dict(stats)} for pid, stats in learner_stats.items()},
             "num_env_steps_sampled": metrics["num_env_steps_sampled_lifetime"],

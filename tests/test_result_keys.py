@@ -52,6 +52,35 @@ def test_rllib_names_carry_the_same_numbers(trained):
     assert result["info"]["num_env_steps_trained"] == result["num_env_steps_trained_lifetime"]
 
 
+def test_rllibs_current_names_of_the_counters_and_learner_stats(trained):
+    _, (_, result) = trained
+    runners = result["env_runners"]
+    assert runners["num_episodes"] == result["episodes_this_iter"]
+    assert runners["num_episodes_lifetime"] == result["episodes_total"]
+    assert runners["num_env_steps_sampled"] == result["num_env_steps_sampled"] >= 256
+    assert runners["num_env_steps_sampled_lifetime"] == result["num_env_steps_sampled_lifetime"] >= 512
+    assert result["learners"]["default_policy"]["policy_loss"] == result["policy_loss"]
+    assert result["evaluation"]["env_runners"]["num_episodes"] == 3
+
+
+def test_rllibs_metric_constants_name_keys_results_have(trained):
+    """``rltrainer.utils.metrics`` holds RLlib's constants of keys rltrainer reports: each names a
+    group of this result or a key a result may have (multi-agent ones included) at the top level
+    or under ``env_runners/``."""
+    from rltrainer.utils import metrics
+
+    _, (_, result) = trained
+    reported = set(PPOConfig.result_keys())
+    names = {name: value for name, value in vars(metrics).items() if name.isupper()}
+    assert {"ENV_RUNNER_RESULTS", "EPISODE_RETURN_MEAN", "NUM_ENV_STEPS_SAMPLED_LIFETIME"} <= set(names)
+    for name, key in names.items():
+        found = isinstance(result.get(key), dict) or key in reported or f"env_runners/{key}" in reported
+        assert found, f"{name} = {key!r} names no key of a result"
+    assert result[metrics.ENV_RUNNER_RESULTS][metrics.EPISODE_RETURN_MEAN] == result["episode_return_mean"]
+    stop = resolve_stop({f"{metrics.ENV_RUNNER_RESULTS}/{metrics.EPISODE_RETURN_MEAN}": 1e9}, PPOConfig)
+    assert reached_stop(result, stop) is None
+
+
 def test_evaluation_results_carry_them_too(trained):
     _, (first, second) = trained
     assert "evaluation" not in first
@@ -102,6 +131,10 @@ def test_the_files_and_tensorboard_have_the_flat_names(trained):
         "evaluation/episode_reward_mean",
         "evaluation/sampler_results/episode_reward_mean",
         "timers/training_iteration_time_ms",
+        "env_runners/num_env_steps_sampled_lifetime",
+        "env_runners/num_episodes_lifetime",
+        "learners/default_policy/policy_loss",
+        "evaluation/env_runners/num_episodes",
     ],
 )
 def test_stop_criteria_accept_rllib_names(trained, key):
