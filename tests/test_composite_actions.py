@@ -87,6 +87,8 @@ def test_ppo_learns_dict_actions_and_acts_in_the_space(tmp_path):
         rows, _, extra = algo.get_policy().compute_actions(np.zeros((4, 3), np.float32), explore=False)
         assert rows["move"].tolist() == [0] * 4  # the distribution's terms: from 0, before the start
         assert extra["action_logp"].shape == (4,)
+        row, _, _ = algo.get_policy().compute_single_action(np.zeros(3, np.float32), explore=False)
+        assert row["move"] == rows["move"][0] and np.allclose(row["aim"], rows["aim"][0])
         checkpoint = algo.save()
     finally:
         algo.stop()

@@ -11,6 +11,7 @@ import pytest
 
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig, ModelConfig
 from rltrainer.algorithms.callbacks import DefaultCallbacks
+from rltrainer.algorithms.config_sections.callbacks import FUNCTION_FIELDS
 from rltrainer.algorithms.ppo import PPO, PPOConfig
 from rltrainer.policy import PolicySpec
 from tests import envs
@@ -36,6 +37,7 @@ VALID_VALUES = {
     "disable_env_checking": True,
     "env_task_fn": "tests.envs:level_by_timesteps",
     "callbacks_class": NoOpCallbacks,
+    **{field: [print] for field in FUNCTION_FIELDS},
     "policies": {"p0": PolicySpec(), "p1": PolicySpec(config={"lr": 1e-3})},
     "policy_mapping_fn": "rltrainer.env.multi_agent_examples:policy_per_agent",
     "policies_to_train": ["p0"],

@@ -151,6 +151,9 @@ def test_compute_single_action_takes_and_returns_the_state(share, rows):
     assert len(state_out) == rows
     actions, states, _ = algo.compute_actions([obs, obs], state=[np.zeros((2, 16))] * rows, explore=False)
     assert len(actions) == 2 and states[0].shape == (2, 16)
+    action, policy_state, _ = policy.compute_single_action(obs, state, explore=False)
+    assert action == algo.compute_single_action(obs, state, explore=False)[0]
+    assert [part.shape for part in policy_state] == [(16,)] * rows
     with pytest.raises(ConfigError, match=r"LSTM state is \[h, c.*\] with 16 values each"):
         algo.compute_single_action(obs, [np.zeros(8)] * rows)
     with pytest.raises(ConfigError, match=r"a list of equally shaped arrays"):

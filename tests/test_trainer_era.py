@@ -213,6 +213,12 @@ def test_policy_compute_actions_returns_rllibs_triple(algo):
     assert set(extra) >= {"action_logp", "action_dist_inputs", "vf_preds"}
     assert extra["vf_preds"].shape == (3,)
     np.testing.assert_array_equal(actions, np.argmax(extra["action_dist_inputs"], axis=-1))
+    # RLlib's Policy.compute_single_action (what its docs call on Policy.from_checkpoint(...)): one row
+    action, state_out, one = policy.compute_single_action(obs[0], explore=False)
+    assert action == actions[0] and state_out == [] and one["vf_preds"] == extra["vf_preds"][0]
+    assert policy.compute_single_action(input_dict={"obs": obs[0]}, explore=False)[0] == action
+    with pytest.raises(ValueError, match="needs an observation"):
+        policy.compute_single_action()
 
 
 def test_compute_single_action_return_forms(algo):

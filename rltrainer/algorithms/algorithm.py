@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
-from rltrainer.algorithms.callbacks import call_hook, make_callbacks
+from rltrainer.algorithms.callbacks import call_hook, config_callbacks
 from rltrainer.algorithms.checkpointing import Checkpointing, Counters
 from rltrainer.algorithms.driver_weights import DriverWeights
 from rltrainer.algorithms.episode_metrics import custom_metric_summary, episode_metrics
@@ -121,7 +121,7 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
         self.config = config
         check_compile_settings(config, type(self).learner_class)
         os.environ.update(config.extra_python_environs_for_driver)
-        self.callbacks = make_callbacks(config.callbacks_class)
+        self.callbacks = config_callbacks(config)
         torch.set_num_threads(config.num_cpus_for_main_process)
         if config.seed is not None:
             random.seed(config.seed)

@@ -148,6 +148,8 @@ class AlgorithmConfig(
         from rltrainer.algorithms.callbacks import callbacks_to_json
 
         out["callbacks_class"] = callbacks_to_json(self.callbacks_class)
+        for hook, functions in self.callback_functions().items():
+            out[f"callbacks_{hook}"] = callbacks_to_json(functions)
         if self.logger_config is not None:
             from rltrainer.results import logger_config_to_json
 

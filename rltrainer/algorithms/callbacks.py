@@ -18,16 +18,24 @@ Where each hook runs:
 
 A hook that raises ends training with a ``CallbackError`` naming the hook, the class and,
 for env-runner hooks, the runner.
+
+RLlib's current forms work too: ``RLlibCallback`` is ``DefaultCallbacks``' current name, and
+``config.callbacks(on_episode_end=fn)`` (a function or a list of them per hook in
+``FUNCTION_HOOKS``) runs functions after the class's hook, in the same places, with the same
+keyword arguments (``FunctionCallbacks``).
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 import warnings
 from typing import Any
 
 from rltrainer.errors import CallbackError, ConfigError
-from rltrainer.utils.import_paths import import_object, object_path
+from rltrainer.utils.import_paths import import_object, object_path, resolve_function
+
+logger = logging.getLogger(__name__)
 
 #: Every hook rltrainer calls.
 HOOKS: tuple[str, ...] = (
@@ -53,6 +61,20 @@ EPISODE_HOOKS: tuple[str, ...] = (
     "on_episode_step",
     "on_episode_end",
     "on_postprocess_trajectory",
+)
+#: Hooks ``config.callbacks(on_<hook>=fn)`` takes functions for (RLlib's callback functions).
+FUNCTION_HOOKS: tuple[str, ...] = (
+    "on_algorithm_init",
+    "on_train_result",
+    "on_evaluate_start",
+    "on_evaluate_end",
+    "on_checkpoint_loaded",
+    "on_environment_created",
+    "on_episode_created",
+    "on_episode_start",
+    "on_episode_step",
+    "on_episode_end",
+    "on_sample_end",
 )
 #: RLlib hooks rltrainer does not call, with what to use instead.
 NOT_CALLED: dict[str, str] = {
@@ -173,12 +195,19 @@ class MemoryTrackingCallbacks(DefaultCallbacks):
         episode.custom_metrics["worker_rss"] = memory.rss
 
 
-class MultiCallbacks(DefaultCallbacks):
-    """Runs several callbacks classes' hooks in order (RLlib's ``MultiCallbacks``)."""
+RLlibCallback = DefaultCallbacks
+"""RLlib's current name of ``DefaultCallbacks`` (``ray.rllib.callbacks.callbacks.RLlibCallback``)."""
 
-    def __init__(self, callback_class_list: list[type[DefaultCallbacks]]) -> None:
+
+class MultiCallbacks(DefaultCallbacks):
+    """Runs several callbacks classes' hooks in order (RLlib's ``MultiCallbacks``); an item may
+    also be an instance (``make_callbacks`` chains the functions of ``callbacks(on_<hook>=...)``)."""
+
+    def __init__(self, callback_class_list: list[Any]) -> None:
         super().__init__()
-        self._callback_list = [cls() for cls in callback_class_list]
+        self._callback_list = [
+            item if isinstance(item, DefaultCallbacks) else item() for item in callback_class_list
+        ]
 
     def overrides(self, hook: str) -> bool:
         return any(overrides(callbacks, hook) for callbacks in self._callback_list)
@@ -187,7 +216,12 @@ class MultiCallbacks(DefaultCallbacks):
 def _forward(hook: str) -> Any:
     def run_all(self: MultiCallbacks, **kwargs: Any) -> None:
         for callbacks in self._callback_list:
-            call_hook(callbacks, hook, **kwargs)
+            try:
+                getattr(callbacks, hook)(**kwargs)
+            except (CallbackError, _HookFailedError):
+                raise
+            except Exception as err:  # noqa: BLE001 - user code: call_hook names it
+                raise _HookFailedError(f"callback {type(callbacks).__qualname__}.{hook}", err) from err
 
     run_all.__name__ = hook
     return run_all
@@ -195,6 +229,46 @@ def _forward(hook: str) -> Any:
 
 for _hook in HOOKS:
     setattr(MultiCallbacks, _hook, _forward(_hook))
+
+
+class FunctionCallbacks(DefaultCallbacks):
+    """The functions of ``config.callbacks(on_<hook>=fn or [fn, ...])``, called in order with
+    the hook's keyword arguments."""
+
+    def __init__(self, functions: dict[str, list[Any]]) -> None:
+        super().__init__()
+        self._functions = {hook: list(fns) for hook, fns in functions.items() if fns}
+
+    def overrides(self, hook: str) -> bool:
+        return hook in self._functions
+
+
+class _HookFailedError(Exception):
+    """One of several callbacks raised: ``call_hook`` names it (a class of a list, a function),
+    not the ``MultiCallbacks`` or ``FunctionCallbacks`` that ran it, and where it ran."""
+
+    def __init__(self, name: str, error: Exception) -> None:
+        super().__init__(name)
+        self.name, self.error = name, error
+
+
+def _call_functions(hook: str) -> Any:
+    def run(self: FunctionCallbacks, **kwargs: Any) -> None:
+        for function in self._functions.get(hook, ()):
+            try:
+                function(**kwargs)
+            except CallbackError:
+                raise
+            except Exception as err:  # noqa: BLE001 - user code: call_hook names it
+                name = getattr(function, "__qualname__", repr(function))
+                raise _HookFailedError(f"callback function {name} (callbacks({hook}=...))", err) from err
+
+    run.__name__ = hook
+    return run
+
+
+for _hook in FUNCTION_HOOKS:
+    setattr(FunctionCallbacks, _hook, _call_functions(_hook))
 
 
 def make_multi_callbacks(callback_class_list: list[type[DefaultCallbacks]]) -> type[DefaultCallbacks]:
@@ -212,7 +286,7 @@ def make_multi_callbacks(callback_class_list: list[type[DefaultCallbacks]]) -> t
 
 def overrides(callbacks: DefaultCallbacks, hook: str) -> bool:
     """Whether ``callbacks`` does something in ``hook`` (what decides the env runner's fast path)."""
-    if isinstance(callbacks, MultiCallbacks):
+    if isinstance(callbacks, MultiCallbacks | FunctionCallbacks):
         return callbacks.overrides(hook)
     return getattr(type(callbacks), hook) is not getattr(DefaultCallbacks, hook)
 
@@ -223,20 +297,76 @@ def call_hook(callbacks: DefaultCallbacks, hook: str, where: str = "", **kwargs:
         getattr(callbacks, hook)(**kwargs)
     except CallbackError:
         raise
+    except _HookFailedError as failed:
+        err = failed.error
+        raise CallbackError(f"{failed.name} raised {type(err).__name__}: {err}{where}") from err
     except Exception as err:  # noqa: BLE001 - user code: any error ends training with its name
         raise CallbackError(
             f"callback {type(callbacks).__qualname__}.{hook} raised {type(err).__name__}: {err}{where}"
         ) from err
 
 
-def make_callbacks(callbacks_class: Any) -> DefaultCallbacks:
-    """An instance of the config's ``callbacks_class`` (a class or a list of classes)."""
+def make_callbacks(callbacks_class: Any, functions: dict[str, Any] | None = None) -> DefaultCallbacks:
+    """An instance of the config's ``callbacks_class`` (a class or a list of classes), followed
+    by ``functions`` (``{hook: function, "module:function" or a list of them}``) if any."""
     if isinstance(callbacks_class, list):
-        return MultiCallbacks(callbacks_class)
-    try:
-        return callbacks_class()
-    except Exception as err:  # noqa: BLE001 - user code
-        raise CallbackError(f"callbacks class {callbacks_class.__qualname__}() raised {err!r}") from err
+        instance = MultiCallbacks(callbacks_class)
+    else:
+        try:
+            instance = callbacks_class()
+        except Exception as err:  # noqa: BLE001 - user code
+            raise CallbackError(f"callbacks class {callbacks_class.__qualname__}() raised {err!r}") from err
+    resolved = {hook: callback_functions(hook, value) for hook, value in (functions or {}).items()}
+    if not any(resolved.values()):
+        return instance
+    return MultiCallbacks([instance, FunctionCallbacks(resolved)])
+
+
+def config_callbacks(config: Any) -> DefaultCallbacks:
+    """The callbacks a config asks for: its class(es), then its ``callbacks(on_<hook>=...)`` functions."""
+    return make_callbacks(config.callbacks_class, config.callback_functions())
+
+
+def callback_functions(hook: str, value: Any) -> list[Any]:
+    """``callbacks(<hook>=value)``'s functions: ``value`` is a function, ``"module:function"``,
+    a list of those, or ``None``; ``ConfigError`` saying what is wrong."""
+    items = value if isinstance(value, list | tuple) else [value]
+    return [resolve_function(f"callbacks({hook}=...)", item) for item in items if item is not None]
+
+
+def loadable_config(config: Any, overrides: dict[str, Any] | None = None) -> Any:
+    """A checkpoint's ``config`` dict without the callbacks this process cannot import (a class
+    or function defined in the training script: ``"__main__:MyCallbacks"``, a lambda), each
+    dropped with a warning, so that the checkpoint still loads (to evaluate, serve, go on
+    training) without them; those that ``overrides`` sets are replaced, not imported."""
+    if not isinstance(config, dict):
+        return config  # a broken checkpoint: from_dict says what is wrong
+    config = dict(config)
+    overrides = overrides or {}
+    for key in ("callbacks_class", *(f"callbacks_{hook}" for hook in FUNCTION_HOOKS)):
+        if key not in config:
+            continue
+        if key in overrides or (key == "callbacks_class" and "callbacks" in overrides):
+            del config[key]  # the caller's value replaces it
+            continue
+        try:
+            if key == "callbacks_class":
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # unknown hooks were reported when it trained
+                    check_callbacks_class(config[key])
+            else:
+                callback_functions(key.removeprefix("callbacks_"), config[key])
+        except ConfigError as err:
+            value = config.pop(key)
+            logger.warning(
+                "the checkpoint's %s %r cannot be loaded here, so it is not run (%s); to run it, pass "
+                "config_overrides={%r: ...} with the class or function itself",
+                key,
+                value,
+                err,
+                key,
+            )
+    return config
 
 
 # --- config values: classes <-> "module:Class" paths -----------------------------------------
@@ -261,10 +391,10 @@ def check_callbacks_class(value: Any) -> Any:
 
 
 def callbacks_to_json(value: Any) -> Any:
-    """The ``to_dict()`` form: class paths instead of classes."""
+    """The ``to_dict()`` form: class and function paths instead of classes and functions."""
     if isinstance(value, list):
         return [callbacks_to_json(item) for item in value]
-    return object_path(value)
+    return value if isinstance(value, str) else object_path(value)
 
 
 def _import_class(path: str) -> Any:
@@ -289,8 +419,12 @@ def _warn_unknown_hooks(cls: type) -> None:
 
 __all__ = [
     "EPISODE_HOOKS",
+    "FUNCTION_HOOKS",
     "HOOKS",
     "DefaultCallbacks",
+    "FunctionCallbacks",
+    "RLlibCallback",
+    "config_callbacks",
     "MemoryTrackingCallbacks",
     "MultiCallbacks",
     "call_hook",

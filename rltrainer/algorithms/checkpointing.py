@@ -24,7 +24,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from rltrainer.algorithms.callbacks import call_hook
+from rltrainer.algorithms.callbacks import call_hook, loadable_config
 from rltrainer.algorithms.trainable import tune_trainable
 from rltrainer.checkpoint_store import apply_retention, checkpoint_uri, open_checkpoint, upload_checkpoint
 from rltrainer.checkpoints import Checkpoint, write_checkpoint
@@ -252,7 +252,9 @@ class Checkpointing:
                 f"{checkpoint_path!r} is a {algo_class.__name__} checkpoint, not {cls.__name__}"
             )
         try:
-            config = algo_class.config_class.from_dict(checkpoint.metadata["config"])
+            config = algo_class.config_class.from_dict(
+                loadable_config(checkpoint.metadata["config"], config_overrides)
+            )
         except ConfigError as err:
             raise CheckpointError(f"checkpoint {checkpoint_path!r} has an invalid config: {err}") from None
         if config_overrides:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rltrainer.algorithms.callbacks import call_hook, make_callbacks, overrides
+from rltrainer.algorithms.callbacks import call_hook, config_callbacks, overrides
 from rltrainer.core.optim import Adam, FlatParameters
 from rltrainer.core.tensors import as_tensor
 from rltrainer.errors import NumericalError
@@ -102,7 +102,7 @@ class Learner:
 
     def init_callbacks(self) -> None:
         """This learner's instance of the config's callbacks (for ``on_learn_on_batch``)."""
-        self.callbacks = make_callbacks(self.config.callbacks_class)
+        self.callbacks = config_callbacks(self.config)
         self._calls_learn_hook = overrides(self.callbacks, "on_learn_on_batch")
 
     def update(self, rollouts: Any, timestep: int) -> dict[str, float]:

@@ -185,7 +185,7 @@ class EnvRunner(RunnerEnvs, EnvRunnerCore):
         columns = rollout._asdict()
         recurrent = columns.pop("recurrent")
         samples = SampleBatch(columns)
-        call_hook(self.callbacks, "on_sample_end", self._where, worker=self, samples=samples)
+        call_hook(self.callbacks, "on_sample_end", self._where, worker=self, env_runner=self, samples=samples)
         shapes = {name: value.shape for name, value in columns.items()}
         return Rollout(**written_columns(samples, shapes, "on_sample_end"), recurrent=recurrent)
 

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rltrainer.algorithms.callbacks import make_callbacks
+from rltrainer.algorithms.callbacks import config_callbacks
 from rltrainer.core.filters import make_filter
 from rltrainer.core.torch_compile import worker_compile_kwargs
 from rltrainer.env.env_context import EnvContext
@@ -150,7 +150,7 @@ class EnvRunnerCore:
         self.num_workers = num_workers
         apply_debugging(config, seed_offset=1000 * worker_index)  # log level; seeds in an actor
         self._ctx = EnvContext(config.env_config, worker_index, 0, num_workers, remote=remote)
-        self.callbacks = make_callbacks(config.callbacks_class)
+        self.callbacks = config_callbacks(config)
         self._where = f" in env runner {worker_index}"  # for callback errors
         self._policy_config: dict[str, Any] | None = None
         self._build()

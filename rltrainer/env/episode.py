@@ -13,14 +13,16 @@ from typing import Any
 import numpy as np
 
 from rltrainer.algorithms.callbacks import DefaultCallbacks, call_hook, overrides
+from rltrainer.env.episode_names import CurrentEpisodeNames
 from rltrainer.utils.sample_batch import SampleBatch, written_columns
 
 AGENT_ID = "agent0"  # RLlib's agent id of single-agent envs
 POLICY_ID = "default_policy"
 
 
-class Episode:
-    """One env's episode as callbacks see it (RLlib's ``Episode``).
+class Episode(CurrentEpisodeNames):
+    """One env's episode as callbacks see it (RLlib's ``Episode``; ``get_return()``,
+    ``get_length()`` and ``custom_data`` as RLlib's current episodes have them).
 
     ``user_data`` is yours to fill between hooks; ``custom_metrics`` (name -> number) are
     averaged into results as ``custom_metrics/<name>_mean|min|max``; ``hist_data`` (name ->

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from rltrainer.env.episode_names import CurrentEpisodeNames
 
-class MultiAgentEpisode:
+
+class MultiAgentEpisode(CurrentEpisodeNames):
     """One episode of one multi-agent env copy, as callbacks and ``policy_mapping_fn`` see it.
 
     ``agent_rewards`` maps ``(agent_id, policy_id)`` to that agent's return so far;

@@ -110,6 +110,7 @@ class Policy(PolicyModels):
 
         A multi-agent checkpoint gives ``{policy id: Policy}`` (all, or ``policy_ids``), or with
         ``policy_id`` that one policy."""
+        from rltrainer.algorithms.callbacks import loadable_config
         from rltrainer.algorithms.registry import get_config_class
         from rltrainer.checkpoint_store import checkpoint_uri, open_checkpoint
         from rltrainer.env.spaces import space_from_json
@@ -118,7 +119,7 @@ class Policy(PolicyModels):
         with open_checkpoint(path, storage_options) as checkpoint:
             meta = checkpoint.metadata
             try:
-                config = get_config_class(meta["algorithm"]).from_dict(meta["config"])
+                config = get_config_class(meta["algorithm"]).from_dict(loadable_config(meta["config"]))
             except ConfigError as err:
                 raise CheckpointError(f"checkpoint {path!r} has an invalid config: {err}") from None
             if "policies" in meta:  # multi-agent: one file set per policy
@@ -273,6 +274,37 @@ class Policy(PolicyModels):
             list(state_out.transpose(1, 0, 2)),
             self.extra_fetches(flat, out),
         )
+
+    def compute_single_action(
+        self,
+        obs: Any = None,
+        state: list[Any] | None = None,
+        *,
+        prev_action: Any = None,
+        prev_reward: Any = None,
+        info: Any = None,  # noqa: ARG002 - RLlib's signature
+        input_dict: dict[str, Any] | None = None,
+        episode: Any = None,  # noqa: ARG002
+        explore: bool | None = None,
+        timestep: int | None = None,
+        **kwargs: Any,  # noqa: ARG002
+    ) -> tuple[Any, list[Any], dict[str, Any]]:
+        """RLlib's ``Policy.compute_single_action``: ``compute_actions`` for one preprocessed
+        observation (or ``input_dict["obs"]``), returning that row: ``(action, state_out,
+        extra_fetches)``; ``state`` is one env's ``get_initial_state()``-shaped list."""
+        if input_dict is not None:
+            obs = input_dict.get("obs", obs)
+        if obs is None:
+            raise ValueError("compute_single_action needs an observation: obs=... or input_dict={'obs': ...}")
+        actions, state_out, extra = self.compute_actions(
+            [np.asarray(obs, dtype=np.float32).reshape(-1)],
+            None if state is None else [np.asarray(s)[None] for s in state],
+            None if prev_action is None else np.asarray([prev_action]),
+            None if prev_reward is None else np.asarray([prev_reward], dtype=np.float32),
+            explore=explore,
+            timestep=timestep,
+        )
+        return _first_row(actions), [s[0] for s in state_out], {k: v[0] for k, v in extra.items()}
 
     def _structured(self, actions: np.ndarray) -> Any:
         """A composite action's rows as the space's structure of batches (distribution terms)."""
@@ -456,6 +488,15 @@ def load_policy(checkpoint: Any, policy_id: str, config: Any) -> Any:
     observation_filter.set_state(checkpoint.arrays(filter_file(policy_id)))
     policy.observation_filter = observation_filter
     return policy
+
+
+def _first_row(batch: Any) -> Any:
+    """Row 0 of a batch, or of each batch in a (composite action's) structure of batches."""
+    if isinstance(batch, dict):
+        return {key: _first_row(value) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_first_row(value) for value in batch)
+    return batch[0]
 
 
 __all__ = ["Policy", "PolicySpec", "as_tensor", "load_policy", "pack_state", "policy_class_of"]
