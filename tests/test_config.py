@@ -72,6 +72,7 @@ VALID_VALUES = {
     "grad_clip": 0.5,
     "grad_clip_by": "norm",
     "train_batch_size": 512,
+    "train_batch_size_per_learner": 128,
     "model": {"fcnet_hiddens": [8, 8], "fcnet_activation": "relu", "vf_share_layers": True},
     "lambda_": 0.9,
     "clip_param": 0.1,
@@ -539,3 +540,33 @@ def test_field_docs_are_what_pydantic_reads_from_the_source(algo):
         expected = extract_docstrings_from_cls(owner, use_inspect=True).get(name, "")
         assert field_doc(config_class, name) == expected, name
     assert field_doc(config_class, "gamma") == "Discount factor."
+
+
+def test_train_batch_size_per_learner_sets_the_total_for_the_learners():
+    """RLlib's new-stack batch size: per learner, whichever order the builders are called in."""
+    config = PPOConfig().training(train_batch_size_per_learner=512).learners(num_learners=2)
+    assert config.train_batch_size == 1024
+    config.learners(num_learners=0)
+    assert config.train_batch_size == 512  # the driver's one learner
+    restored = PPOConfig.from_dict(config.to_dict())
+    assert restored.train_batch_size == 512 and restored.train_batch_size_per_learner == 512
+    config.training(train_batch_size=300)  # set later: the total is what it says
+    assert config.train_batch_size == 300 and config.train_batch_size_per_learner is None
+    with pytest.raises(ValueError, match="train_batch_size_per_learner"):
+        PPOConfig().training(train_batch_size_per_learner=0)
+
+
+def test_env_runners_takes_rllibs_current_keys():
+    config = PPOConfig().env_runners(explore=False, num_cpus_per_env_runner=2, num_gpus_per_env_runner=0)
+    assert config.explore is False and config.num_cpus_per_env_runner == 2
+
+
+def test_overrides_gives_the_checked_settings_as_a_dict():
+    from rltrainer.algorithms.algorithm_config import AlgorithmConfig
+
+    assert AlgorithmConfig.overrides(explore=False) == {"explore": False}
+    assert PPOConfig.overrides(clip_param=0.1, explore=False) == {"clip_param": 0.1, "explore": False}
+    with pytest.raises(ValueError, match=r"unknown key 'explor' \(did you mean 'explore'\?\)"):
+        PPOConfig.overrides(explor=False)
+    config = PPOConfig().evaluation(evaluation_config=PPOConfig.overrides(explore=False))
+    assert config.evaluation_config == {"explore": False}

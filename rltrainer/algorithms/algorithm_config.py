@@ -87,7 +87,8 @@ class AlgorithmConfig(
     #: Builder method name -> the fields it sets. Subclasses extend "training".
     SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "environment": environment.KEYS,
-        "env_runners": env_runners.KEYS,
+        # RLlib's current env_runners() also takes explore and the per-runner resources.
+        "env_runners": (*env_runners.KEYS, "explore", *resources.ENV_RUNNER_KEYS),
         "training": training.KEYS,
         "evaluation": evaluation.KEYS,
         "exploration": exploration.KEYS,
@@ -208,6 +209,13 @@ class AlgorithmConfig(
         except KeyError:
             return default
 
+    @classmethod
+    def overrides(cls, **kwargs: Any) -> dict[str, Any]:
+        """RLlib's ``AlgorithmConfig.overrides(explore=False, ...)``: the given settings as a dict
+        (for ``evaluation_config``, ``PolicySpec(config=...)``), each checked as this config's."""
+        cls().update_from_dict(kwargs)
+        return dict(kwargs)
+
     def copy(self, copy_frozen: bool | None = None) -> AlgorithmConfig:  # noqa: ARG002
         """An independent deep copy (RLlib's ``copy_frozen`` argument is accepted and ignored)."""
         return self.model_copy(deep=True)
@@ -327,7 +335,16 @@ class AlgorithmConfig(
             from rltrainer.utils.debugging import set_log_level
 
             set_log_level(self.log_level)
+        self._apply_batch_size_per_learner(kwargs)
         return self
+
+    def _apply_batch_size_per_learner(self, kwargs: dict[str, Any]) -> None:
+        """RLlib's ``train_batch_size_per_learner``: the total batch follows it and ``num_learners``;
+        a ``train_batch_size`` set later (alone) replaces it."""
+        if "train_batch_size" in kwargs and "train_batch_size_per_learner" not in kwargs:
+            self.train_batch_size_per_learner = None
+        elif self.train_batch_size_per_learner is not None:
+            self.train_batch_size = self.train_batch_size_per_learner * max(1, self.num_learners)
 
     def _set_search_space(self, section: str, key: str, space: Any, allowed: tuple[str, ...]) -> None:
         """Keep a Tune search space for ``key`` once every value it can take is valid here."""

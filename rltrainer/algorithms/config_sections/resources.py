@@ -24,6 +24,13 @@ KEYS = (
     "fake_gpus",
 )
 
+#: The per-env-runner resources RLlib's current ``env_runners()`` also sets.
+ENV_RUNNER_KEYS = (
+    "num_cpus_per_env_runner",
+    "num_gpus_per_env_runner",
+    "custom_resources_per_env_runner",
+)
+
 #: What RLlib's ``learners()`` sets (the same fields as ``resources()``'s learner settings).
 LEARNER_KEYS = (
     "num_learners",

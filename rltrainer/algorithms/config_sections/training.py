@@ -18,6 +18,7 @@ KEYS = (
     "grad_clip",
     "grad_clip_by",
     "train_batch_size",
+    "train_batch_size_per_learner",
     "model",
 )
 
@@ -35,6 +36,9 @@ class TrainingSettings(ConfigSection):
     """Clip each element, each tensor's norm, or the norm over all tensors."""
     train_batch_size: int = Field(4000, ge=1)
     """Env steps collected per training iteration."""
+    train_batch_size_per_learner: int | None = Field(None, ge=1)
+    """RLlib's new-stack batch size: when set, ``train_batch_size`` is this times
+    ``max(1, num_learners)`` (kept so whichever of the two is set later); ``None``: unset."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """Network architecture; ``training(model={...})`` updates only the keys given."""
 
