@@ -161,6 +161,10 @@ def test_evaluation_config_overrides_env_config_and_exploration(tmp_path):
         assert group.foreach_env(lambda env: (env.unwrapped.length, env.unwrapped.delay_s)) == [[(7, 0.0)]]
         assert type(group.local_worker().policy.exploration).__name__ == "Random"
         assert type(algo.workers.local_worker().policy.exploration).__name__ == "StochasticSampling"
+        # RLlib's current accessors of the driver's runners, and its get_default_config()
+        assert algo.eval_env_runner is group.local_worker()
+        assert algo.env_runner is algo.env_runner_group.local_worker() is algo.workers.local_worker()
+        assert type(type(algo).get_default_config()) is type(algo.config)
     finally:
         algo.stop()
 

@@ -395,6 +395,21 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
 
     evaluation_workers = eval_env_runner_group  # RLlib's older name
 
+    @property
+    def env_runner(self) -> Any:
+        """The driver's env runner (RLlib's ``algo.env_runner``: ``env_runner_group.local_worker()``)."""
+        return self.env_runner_group.local_worker()
+
+    @property
+    def eval_env_runner(self) -> Any:
+        """The driver's evaluation env runner (RLlib's ``algo.eval_env_runner``)."""
+        return self.eval_env_runner_group.local_worker()
+
+    @classmethod
+    def get_default_config(cls) -> Any:
+        """A new config of this algorithm with its defaults (RLlib's ``Algorithm.get_default_config()``)."""
+        return cls.config_class()
+
     def stop(self) -> None:
         """Release envs, actors, the placement group and open files (under Tune, also Tune's
         log files: ``Trainable.stop`` calls ``cleanup()``)."""
