@@ -137,7 +137,7 @@ def test_train_file_tuned_example_with_overrides(tmp_path: Path, capsys: pytest.
     (trial_dir,) = [p for p in (tmp_path / "cartpole-ppo").iterdir() if p.is_dir()]
     params = json.loads((trial_dir / "params.json").read_text())
     assert params["gamma"] == 0.9  # --config over the file
-    assert params["lambda"] == 0.8  # the file's config
+    assert params["lambda"] == 0.9  # the file's config
     assert params["model"]["fcnet_hiddens"] == [64, 64]
     out = capsys.readouterr().out
     assert "stopping when training_iteration >= 1\n" in out  # --stop replaced the file's stop

@@ -345,12 +345,12 @@ def test_what_recorded_rows_cannot_feed(tmp_path: Path) -> None:
 # --- BC and MARWIL clone a PPO expert ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def expert_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """50k steps of a PPO expert (tuned_examples/ppo_cartpole.yaml, trained to a return of 490)
-    acting in CartPole, recorded as Parquet."""
+    """50k steps of bench.offline's PPO expert (trained to a return of 490) acting in CartPole,
+    recorded as Parquet (what the docs' recipe records)."""
+    from bench.offline import expert_config
+
     tmp = tmp_path_factory.mktemp("expert")
-    spec = yaml.safe_load((ROOT / "tuned_examples" / "ppo_cartpole.yaml").read_text())["cartpole-ppo"]
-    config = PPOConfig().update_from_dict({**spec["config"], "env": "CartPole-v1", "seed": 0})
-    algo = config.reporting(storage_path=str(tmp)).build()
+    algo = expert_config().reporting(storage_path=str(tmp)).build()
     while algo.train()["episode_return_mean"] < 490:
         pass
     checkpoint = algo.save()
