@@ -30,6 +30,7 @@ from typing import Any
 import kubernetes
 import pytest
 
+from bench.offline import EXPERT_SETTINGS
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.builders.raycluster import worker_replicas
 from rltrainer_operator.settings import Settings
@@ -41,18 +42,12 @@ from tests.e2e.helpers import MERGE, get_raycluster, wait_for
 BUCKET = "rl-checkpoints"
 RLTRAINER = str(Path(sys.executable).with_name("rltrainer"))
 
-# tuned_examples/ppo_cartpole.yaml, less what the spec owns (num_envs_per_env_runner), seeded,
-# with vf_clip_param spelled for kubectl apply.
+# bench.offline's PPO expert (the tuned CartPole example's settings before they were tuned for
+# time to solve), less what the spec owns (num_envs_per_env_runner), seeded, with
+# vf_clip_param spelled for kubectl apply.
 TUNED_PPO_CARTPOLE = {
     "seed": 0,
-    "rollout_fragment_length": 32,
-    "train_batch_size": 256,
-    "minibatch_size": 256,
-    "num_epochs": 20,
-    "gamma": 0.98,
-    "lambda": 0.8,
-    "lr": [[0, 0.003], [50000, 0.0003]],
-    "clip_param": 0.2,
+    **{key: value for key, value in EXPERT_SETTINGS.items() if value is not None},  # apply drops nulls
     "entropy_coeff": 0.0,
     "kl_coeff": 0.0,
     # The tuned example's null (no value clipping) would not reach the driver: kubectl apply
