@@ -87,8 +87,9 @@ def canonical_stop_key(key: str) -> str:
 
 
 # Multi-agent results name their policies: policy_reward_mean/<policy id>, info/learner/<id>/...
+# and RLlib's current learners/<id>/...
 _PER_POLICY = re.compile(
-    r"(evaluation/)?policy_reward_(mean|min|max)/[A-Za-z0-9_.-]+|info/learner/[A-Za-z0-9_.-]+/.+"
+    r"(evaluation/)?policy_reward_(mean|min|max)/[A-Za-z0-9_.-]+|(info/learner|learners)/[A-Za-z0-9_.-]+/.+"
 )
 
 

@@ -142,3 +142,9 @@ def test_stop_criteria_accept_rllib_names(trained, key):
     stop = resolve_stop({key: -1e9}, PPOConfig)
     assert reached_stop(result, stop) in stop
     assert flatten(result).get(next(iter(stop))) is not None
+
+
+def test_multi_agent_stop_keys_name_a_policy_under_learners():
+    stop = resolve_stop({"learners/p0/policy_loss": 1.0, "info/learner/p1/learner_stats/kl": 5.0}, PPOConfig)
+    assert reached_stop({"learners": {"p0": {"policy_loss": 2.0}}}, stop) == "learners/p0/policy_loss"
+    assert reached_stop({"learners": {"p0": {"policy_loss": 0.5}}}, stop) is None
