@@ -33,8 +33,8 @@ system-deps:
 DEMO_DIR := .demo_results
 
 # Train PPO on CartPole-v1 until solved (tuned example), checkpoint, evaluate the checkpoint.
-# Seeded, so every run is the same run (unseeded, about 1 seed in 10 solves in training but
-# evaluates below 475 with its deterministic policy: README, "Time to solve").
+# Seeded, so every run is the same run (seeds 0-29 all solve and evaluate at 475 or more with the
+# deterministic policy: the tuned example's comment).
 demo: $(STAMP)
 	rm -rf $(DEMO_DIR)
 	$(BIN)/rltrainer train file tuned_examples/ppo_cartpole.yaml --checkpoint-at-end \
