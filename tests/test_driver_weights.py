@@ -132,3 +132,27 @@ def test_the_driver_acts_with_the_learners_module_when_both_are_local(expert) ->
     assert any(not np.array_equal(before[name], after[name]) for name in before)  # it learned
     for name, value in after.items():
         np.testing.assert_array_equal(value, learned[name].numpy())
+
+
+def test_rllibs_sync_weights_and_env_runner_names(expert, local_ray) -> None:  # noqa: ARG001
+    """RLlib's ``env_runner_group.sync_weights()`` (no weights: the driver's runner's, to the
+    remote ones), ``foreach_env_runner`` and the healthy-runner counts."""
+    expert_config, weights = expert
+    config = expert_config.copy().env_runners(num_env_runners=2, num_envs_per_env_runner=1)
+    algo = config.training(train_batch_size=64, minibatch_size=64).build()
+    try:
+        group = algo.env_runner_group
+        group.local_env_runner.set_weights(weights)
+        group.sync_weights(to_worker_indices=[2])
+        first = lambda runner: runner.get_weights()["pi.0.weight"]  # noqa: E731
+        local, one, two = group.foreach_env_runner(first)
+        np.testing.assert_array_equal(local, weights["pi.0.weight"])
+        np.testing.assert_array_equal(two, weights["pi.0.weight"])
+        assert not np.array_equal(one, weights["pi.0.weight"])
+        group.sync_weights(["other_policy"])  # RLlib's sync_weights(policies): not this one
+        assert not np.array_equal(group.foreach_env_runner(first, local_env_runner=False)[0], local)
+        group.sync_weights()
+        assert all(np.array_equal(w, local) for w in group.foreach_env_runner(first, local_env_runner=False))
+        assert group.num_remote_env_runners() == group.num_healthy_remote_env_runners() == 2
+    finally:
+        algo.stop()

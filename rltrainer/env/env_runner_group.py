@@ -282,15 +282,40 @@ class EnvRunnerGroup(RunnerFailures):
             self._local.filter.apply_delta(delta)
         self._broadcast_filter()
 
-    def sync_weights(self, weights: dict[str, Any]) -> None:
-        """Send the learner's weights to every env runner: one ``ray.put``, one reference each."""
-        self._local.set_weights(weights)
+    def sync_weights(
+        self,
+        weights: Any = None,
+        *,
+        policies: list[str] | None = None,
+        from_worker_or_learner_group: Any = None,
+        to_worker_indices: list[int] | None = None,
+        **kwargs: Any,  # noqa: ARG002 - RLlib's other arguments (global_vars, timeout_seconds, ...)
+    ) -> None:
+        """Send weights (``{policy id: weights}``) to the env runners: one ``ray.put``, one
+        reference each. RLlib's forms work too: no ``weights`` sends those of
+        ``from_worker_or_learner_group`` (default: the driver's env runner) to the remote
+        runners, ``policies`` (also RLlib's first positional argument) limits them to those
+        policies, ``to_worker_indices`` to those runners (worker indices, 1-based)."""
+        if isinstance(weights, list | tuple | set):  # RLlib's sync_weights(policies)
+            weights, policies = None, list(weights)
+        if weights is None:  # RLlib's form: the source's weights, to the others
+            source = from_worker_or_learner_group or self._local
+            weights = source.get_weights()
+            if policies is not None and self.multi_agent:  # {policy id: weights}
+                weights = {pid: value for pid, value in weights.items() if pid in policies}
+            elif policies is not None and "default_policy" not in policies:
+                return  # a single-agent group's one policy is not among them
+            if source is not self._local:
+                self._local.set_weights(weights)
+        else:
+            self._local.set_weights(weights)
         if self._remote:
             import ray
 
             self._weights_ref = ray.put(_as_numpy(weights))
-            for runner in self._remote:
-                if runner is not None:
+            for index, runner in enumerate(self._remote):
+                wanted = to_worker_indices is None or self._worker_index(index) in to_worker_indices
+                if runner is not None and wanted:
                     runner.set_weights.remote(self._weights_ref)
 
     def set_filter_state(self, state: dict[str, np.ndarray]) -> None:
@@ -301,6 +326,26 @@ class EnvRunnerGroup(RunnerFailures):
     def foreach_worker(self, fn: Callable[[EnvRunner], Any], local_worker: bool = True) -> list[Any]:
         """``fn(runner)`` for each env runner (the function is shipped to the actors)."""
         return self.foreach_worker_with_index(lambda runner, _index: fn(runner), local_worker)
+
+    def foreach_env_runner(
+        self,
+        func: Callable[[EnvRunner], Any],
+        local_env_runner: bool = True,
+        **kwargs: Any,  # noqa: ARG002
+    ) -> list[Any]:
+        """RLlib's current name of ``foreach_worker``: ``func(runner)`` for each env runner
+        (``local_env_runner``: the driver's too); RLlib's other arguments are accepted."""
+        return self.foreach_worker(func, local_env_runner)
+
+    def num_remote_env_runners(self) -> int:
+        """RLlib's current name of ``num_remote_workers``."""
+        return self.num_remote_workers()
+
+    def num_healthy_remote_env_runners(self) -> int:
+        """Remote env runners that are alive (RLlib's ``num_healthy_remote_workers``)."""
+        return sum(runner is not None for runner in self._remote)
+
+    num_healthy_remote_workers = num_healthy_remote_env_runners
 
     def foreach_policy(self, fn: Callable[..., Any]) -> list[Any]:
         """``fn(policy, policy_id)`` for every policy of every env runner (RLlib's
