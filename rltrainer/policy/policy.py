@@ -15,6 +15,7 @@ from rltrainer.core.exploration import Exploration, StochasticSampling, make_exp
 from rltrainer.core.filters import make_filter
 from rltrainer.core.models import NumpyMLP, torch_inference
 from rltrainer.core.tensors import as_tensor
+from rltrainer.env.episode import index_obs
 from rltrainer.env.preprocessors import Preprocessor
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.policy_models import PolicyModels
@@ -304,7 +305,7 @@ class Policy(PolicyModels):
             explore=explore,
             timestep=timestep,
         )
-        return _first_row(actions), [s[0] for s in state_out], {k: v[0] for k, v in extra.items()}
+        return index_obs(actions, 0), [s[0] for s in state_out], {k: v[0] for k, v in extra.items()}
 
     def _structured(self, actions: np.ndarray) -> Any:
         """A composite action's rows as the space's structure of batches (distribution terms)."""
@@ -488,15 +489,6 @@ def load_policy(checkpoint: Any, policy_id: str, config: Any) -> Any:
     observation_filter.set_state(checkpoint.arrays(filter_file(policy_id)))
     policy.observation_filter = observation_filter
     return policy
-
-
-def _first_row(batch: Any) -> Any:
-    """Row 0 of a batch, or of each batch in a (composite action's) structure of batches."""
-    if isinstance(batch, dict):
-        return {key: _first_row(value) for key, value in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_first_row(value) for value in batch)
-    return batch[0]
 
 
 __all__ = ["Policy", "PolicySpec", "as_tensor", "load_policy", "pack_state", "policy_class_of"]
