@@ -178,26 +178,31 @@ def test_pbt_exploits_and_the_copy_continues_from_the_donor(tmp_path):
     # exploited from the other's checkpoint, the other from its own. The exploit is the restore
     # whose starting counters are not its own previous ones.
     frames = [result.metrics_dataframe for result in results]
+    table = ["training_iteration", "iterations_since_restore", "timesteps_total", "num_env_steps_sampled"]
+    tables = [frame[table] for frame in frames]
 
-    def steps_at(frame, iteration: int) -> int:
-        return int(frame.loc[frame.training_iteration == iteration, "timesteps_total"].iloc[0])
+    def start_of(row) -> int:  # the counters the restored trial started from
+        return int(row.timesteps_total - row.num_env_steps_sampled)
 
+    # Compared with the trial's own previous row, not with its row of the previous iteration: on
+    # a busy machine PBT may clone a donor that already ran past the perturbation point, so the
+    # copy's iterations skip one (its frame has no row for the donor's last iteration).
     exploits = [
         (index, row)
         for index, frame in enumerate(frames)
-        for _, row in frame.iterrows()
+        for position, (_, row) in enumerate(frame.iterrows())
         if row.iterations_since_restore == 1
         and row.training_iteration > 1
-        and int(row.timesteps_total - row.num_env_steps_sampled)
-        != steps_at(frame, row.training_iteration - 1)
+        and (position == 0 or start_of(row) != int(frame.timesteps_total.iloc[position - 1]))
     ]
-    table = ["training_iteration", "iterations_since_restore", "timesteps_total", "num_env_steps_sampled"]
-    assert exploits, [frame[table] for frame in frames]
+    assert exploits, tables
     index, row = exploits[0]
-    # The copy continues from the donor's counters (its own could not have reached them: the
-    # trials sample 200 and 600 steps per iteration), with the donor's config (batch size).
+    # The copy continues from the donor's counters at the donor's iteration it was cloned at (its
+    # own could not have reached them: the trials sample 200 and 600 steps per iteration), with
+    # the donor's config (batch size).
     donor = frames[1 - index]
-    assert int(row.timesteps_total - row.num_env_steps_sampled) == steps_at(donor, row.training_iteration - 1)
+    cloned_at = donor.loc[donor.training_iteration == row.training_iteration - 1, "timesteps_total"]
+    assert [int(steps) for steps in cloned_at] == [start_of(row)], tables
     assert row["config/train_batch_size"] == donor["config/train_batch_size"].iloc[0]
 
 
