@@ -91,11 +91,8 @@ def experiments_by_name(namespace: str, name: str, body: kopf.Body, **_: Any) ->
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 @kopf.timer(*RESOURCE, interval=POLL_INTERVAL_S)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    status, events = _reconcile(body, memo)
-    if status is not None:
-        patch.status.update(status)
-    for event in events:
+def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    for event in _reconcile(body, memo):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
@@ -104,29 +101,26 @@ def raycluster_changed(
     body: kopf.Body, type: str | None, memo: kopf.Memo, experiments_by_name: kopf.Index, **_: Any
 ) -> None:
     """A RayCluster we own changed (ready, head lost, deleted): reconcile its experiment now
-    instead of at the next timer tick. Status is written through ``kube`` (this is no handler
-    of the experiment, so kopf has no patch for it)."""
+    instead of at the next timer tick."""
     if type is None:  # the initial listing: the timers and resume handlers cover those
         return
     key = (body.metadata.namespace, body.metadata.labels.get(EXPERIMENT_LABEL))
     for experiment in experiments_by_name.get(key, []):
-        status, events = _reconcile(experiment, memo)
-        if status is not None:
-            memo.reconciler.kube.patch_experiment_status(key[0], key[1], status)
-        for event in events:
+        for event in _reconcile(experiment, memo):
             kopf.event(experiment, type=event.type, reason=event.reason, message=event.message)
 
 
-def _reconcile(body: kopf.Body, memo: kopf.Memo) -> tuple[dict[str, Any] | None, list[Any]]:
-    """One reconcile under the experiment's lock: the status to write (None: none) and events."""
+def _reconcile(body: kopf.Body, memo: kopf.Memo) -> list[Any]:
+    """One reconcile under the experiment's lock, its status written before the lock is released;
+    returns the events to post.
+
+    The status goes through ``kube``, not kopf's handler patch: kopf applies that patch after the
+    handler returns, outside the lock, so a reconcile started by a RayCluster event could write a
+    newer status first and kopf's older one would then undo it (a job id lost, a phase gone back)."""
     uid = body["metadata"]["uid"]
     with memo.locks[uid]:
-        experiment = _plain(body)
-        # Only this operator writes status, but a handler can run on a body from before our
-        # last status patch came back through the watch: start from what we last wrote.
+        experiment = _latest(body, memo)
         written = memo.written.get(uid)
-        if written is not None:
-            experiment["status"] = copy.deepcopy(written)
         started = time.monotonic()
         try:
             outcome = memo.reconciler.reconcile(experiment)
@@ -138,16 +132,32 @@ def _reconcile(body: kopf.Body, memo: kopf.Memo) -> tuple[dict[str, Any] | None,
         if outcome.deleted:
             memo.metrics.observe_phase(uid, None)
             memo.written.pop(uid, None)
-            return None, outcome.events
+            return outcome.events
         status = outcome.status if outcome.status is not None else written
         if status is None or _set(status) == _set(body.get("status") or {}):
-            return None, outcome.events
+            return outcome.events
         old_restarts = (experiment.get("status") or {}).get("restarts") or 0
         if status.get("restarts", 0) > old_restarts:
             memo.metrics.restarts.inc(status["restarts"] - old_restarts)
+        # Remembered before the write: should the write fail, the next reconcile still knows
+        # what this one did (a submitted job), and writes it again.
         memo.written[uid] = status
         memo.metrics.observe_phase(uid, status.get("phase"))
-        return status, outcome.events
+        memo.reconciler.kube.patch_experiment_status(
+            body["metadata"]["namespace"], body["metadata"]["name"], status
+        )
+        return outcome.events
+
+
+def _latest(body: kopf.Body, memo: kopf.Memo) -> dict[str, Any]:
+    """The experiment as plain data, with the status this operator last wrote: only this operator
+    writes status, but a handler can run on a body from before that write came back through the
+    watch."""
+    experiment = _plain(body)
+    written = memo.written.get(body["metadata"]["uid"])
+    if written is not None:
+        experiment["status"] = copy.deepcopy(written)
+    return experiment
 
 
 def _set(status: dict[str, Any]) -> dict[str, Any]:
@@ -158,10 +168,14 @@ def _set(status: dict[str, Any]) -> dict[str, Any]:
 @kopf.on.delete(*RESOURCE)
 def finalize(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Stop the job and delete the RayCluster; the checkpoints in S3 are kept."""
-    memo.reconciler.finalize(_plain(body))
-    memo.metrics.observe_phase(body["metadata"]["uid"], None)
-    memo.locks.pop(body["metadata"]["uid"], None)
-    memo.written.pop(body["metadata"]["uid"], None)
+    uid = body["metadata"]["uid"]
+    # Under the lock and with the status last written: a reconcile that submitted a job just
+    # before the deletion holds the job id the finalizer must stop.
+    with memo.locks[uid]:
+        memo.reconciler.finalize(_latest(body, memo))
+    memo.metrics.observe_phase(uid, None)
+    memo.locks.pop(uid, None)
+    memo.written.pop(uid, None)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

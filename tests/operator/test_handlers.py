@@ -98,6 +98,66 @@ def test_delete_runs_the_finalizer(kube, kuberay, ray_api):
     assert ray_api.stopped == [job]
 
 
+@pytest.mark.usefixtures("ray_api")
+def test_a_late_kopf_patch_never_undoes_a_newer_status(kube, kuberay, monkeypatch):
+    # kopf applies a handler's patch after the handler returns, outside the experiment's lock;
+    # meanwhile a RayCluster event can reconcile the same experiment and write a newer status.
+    # On a busy machine kopf's patch came second and put back the old status (Provisioning, no
+    # job id): a deletion then had no job to stop. Here kopf's patches are held back a second.
+    import asyncio
+
+    from kopf._cogs.clients import patching
+
+    patch_obj = patching.patch_obj
+
+    async def late_patch_obj(**kwargs: Any) -> Any:
+        await asyncio.sleep(1.0)
+        return await patch_obj(**kwargs)
+
+    monkeypatch.setattr(patching, "patch_obj", late_patch_obj)
+    runner = start(kube)
+    try:
+        apply(kube, experiment_manifest())
+        wait_for("the RayCluster", lambda: kuberay.get(kube.ns, CLUSTER))
+        kuberay.ready(kube.ns, CLUSTER)
+        job = wait_phase(kube, "Running")["status"]["jobId"]
+        seen = set()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            status = get_experiment(kube).get("status") or {}
+            seen.add((status.get("phase"), status.get("jobId")))
+            time.sleep(0.05)
+        assert seen == {("Running", job)}, seen
+    finally:
+        runner.stop()
+
+
+def test_the_finalizer_stops_the_job_the_operator_last_wrote():
+    # kopf can hand the deletion a body from before the status patch that recorded the job (a
+    # reconcile submitted it just before the delete): the finalizer stops the job it knows of.
+    import threading
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from rltrainer_operator.handlers import finalize
+    from rltrainer_operator.metrics import Metrics
+
+    seen: list[dict[str, Any]] = []
+    memo = SimpleNamespace(
+        reconciler=SimpleNamespace(finalize=seen.append),
+        metrics=Metrics(),
+        locks=defaultdict(threading.Lock),
+        written={"u1": {"phase": "Running", "jobId": "rlx-job-2", "rayClusterName": "rlx-c"}},
+    )
+    stale = {
+        "metadata": {"name": NAME, "namespace": "ns", "uid": "u1"},
+        "status": {"phase": "Provisioning", "observedGeneration": 1},
+    }
+    finalize(body=stale, memo=memo)
+    assert seen[0]["status"]["jobId"] == "rlx-job-2" and seen[0]["status"]["rayClusterName"] == "rlx-c"
+    assert not memo.written and not memo.locks
+
+
 def experiment_gone(kube: Any, namespace: str) -> bool:
     try:
         get_experiment(kube, NAME, namespace)
