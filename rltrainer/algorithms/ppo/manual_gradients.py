@@ -26,8 +26,9 @@ import torch
 from rltrainer.core.distributions import Categorical
 from rltrainer.core.models import ActorCritic
 
-if TYPE_CHECKING:
-    from rltrainer.algorithms.ppo.ppo_learner import PPOBatch, PPOLearner
+if TYPE_CHECKING:  # a PPOLearner is passed; its module imports this one
+    from rltrainer.algorithms.ppo.train_batch import PPOBatch
+    from rltrainer.core.learner import Learner
 
 #: The activations whose derivative is written out: autograd's formula for each (grad, output).
 ACTIVATION_BACKWARD = {
@@ -36,7 +37,7 @@ ACTIVATION_BACKWARD = {
 }
 
 
-def plain_actor_critic(learner: PPOLearner) -> bool:
+def plain_actor_critic(learner: Learner) -> bool:
     """Whether ``learner`` trains the plain actor-critic MLP whose backward pass is written out
     (in one process, no LSTM, compiled loss, hooks or free log-std): this module's and the
     stacked multi-agent update's common ground."""
@@ -58,7 +59,7 @@ def plain_actor_critic(learner: PPOLearner) -> bool:
     )
 
 
-def applies(learner: PPOLearner) -> bool:
+def applies(learner: Learner) -> bool:
     """Whether ``learner``'s network and settings are those written out here (its class checks
     that its loss is ``PPOLearner``'s own)."""
     cfg = learner.config
@@ -71,7 +72,7 @@ def applies(learner: PPOLearner) -> bool:
 
 
 def loss_and_gradients(
-    learner: PPOLearner, mb: PPOBatch, with_stats: bool
+    learner: Learner, mb: PPOBatch, with_stats: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``compute_loss(mb, with_stats)``'s ``(loss, stats)``, with the loss's gradients written
     into the parameters' ``.grad`` (what ``zero_grad()`` and ``loss.backward()`` leave there)."""

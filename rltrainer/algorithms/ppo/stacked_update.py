@@ -22,8 +22,8 @@ from rltrainer.algorithms.ppo.manual_gradients import ACTIVATION_BACKWARD, plain
 from rltrainer.algorithms.ppo.train_batch import PPOBatch, explained_variance
 from rltrainer.core.models import ACTIVATION_FNS
 
-if TYPE_CHECKING:
-    from rltrainer.algorithms.ppo.ppo_learner import PPOLearner
+if TYPE_CHECKING:  # PPOLearners are passed; their module imports this one
+    from rltrainer.core.learner import Learner
 
 #: The update settings policies of one stack share (the learning rate and the adaptive KL
 #: coefficient may differ: they are per-policy values of each step).
@@ -43,7 +43,7 @@ GATHERED_VALUES = 1 << 22
 STAT_NAMES = ("policy_loss", "vf_loss", "entropy", "kl", "clipfrac", "total_loss")
 
 
-def stack_key(learner: PPOLearner) -> Hashable | None:
+def stack_key(learner: Learner) -> Hashable | None:
     """What ``learner`` may be stacked by (equal keys: one stack), or ``None``: it updates
     alone (another network than the plain actor-critic MLP, several learners, a compiled loss,
     an LSTM, an ``on_learn_on_batch`` callback). ``learner`` is a ``PPOLearner`` itself, not a
@@ -77,7 +77,7 @@ def stack_key(learner: PPOLearner) -> Hashable | None:
 
 
 def update_stacked(
-    learners: list[PPOLearner], rollouts: list[list[Any]], timestep: int
+    learners: list[Learner], rollouts: list[list[Any]], timestep: int
 ) -> list[dict[str, float]]:
     """Each learner's ``update(its rollouts, timestep)``, all of them stepped together (learners
     of one ``stack_key``); their stats in the same order."""
@@ -102,7 +102,7 @@ def update_stacked(
 class _Stack:
     """The stacked parameters and Adam state of ``learners`` for one update."""
 
-    def __init__(self, learners: list[PPOLearner]) -> None:
+    def __init__(self, learners: list[Learner]) -> None:
         self.learners = learners
         first = learners[0]
         self.config = first.config
