@@ -37,6 +37,14 @@ class PolicyAccess:
         an id the algorithm does not have (a single-agent one has ``default_policy``)."""
         return self.env_runner_group.local_worker().get_policy(policy_id)
 
+    def get_module(self, module_id: str = "default_policy") -> Any:
+        """RLlib's new-stack ``Algorithm.get_module``: the driver's policy ``module_id`` as an
+        ``RLModule`` (``rltrainer.core.rl_module.rl_module``), to act with
+        ``forward_inference({"obs": ...})``. ``KeyError`` naming the modules for an unknown id."""
+        from rltrainer.core.rl_module.rl_module import RLModule
+
+        return RLModule(self.get_policy(module_id), module_id)
+
     def add_policy(
         self,
         policy_id: str,
