@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from rltrainer.core import DEFAULT_MODULE_ID
 from rltrainer.core.columns import Columns
 
 if TYPE_CHECKING:
     from gymnasium import spaces
 
     from rltrainer.policy.policy import Policy
-
-#: The id of a single-agent algorithm's one module (RLlib's ``DEFAULT_MODULE_ID``).
-DEFAULT_MODULE_ID = "default_policy"
 
 #: RLlib's checkpoint path of one module: ``<checkpoint>/learner_group/learner/rl_module/<id>``.
 _RLLIB_MODULE_PATH = re.compile(r"^(?P<root>.+?)/learner_group/learner/rl_module/(?P<module_id>[^/]+)/?$")
