@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from rltrainer.core import compiled
+from rltrainer.core.optim import rehome
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU, "linear": nn.Identity}
 NUMPY_ACTIVATIONS = {
@@ -505,12 +506,9 @@ class TargetCopy:
 
     def __init__(self, target: nn.Module) -> None:
         params = list(target.parameters())
-        self.data = torch.cat([p.detach().reshape(-1) for p in params])
-        offset = 0
         for p in params:
             p.requires_grad_(False)
-            p.data = self.data[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
+        self.data, _ = rehome(params)  # the layout of the online network's FlatParameters
 
     @torch.no_grad()
     def update(self, online_flat: torch.Tensor, tau: float) -> None:

@@ -14,29 +14,48 @@ import math
 import torch
 from torch import nn
 
+#: Where each parameter starts in the flat buffers: torch's CPU allocator's alignment.
+ALIGN_BYTES = 64
+
+
+def rehome(params: list[torch.Tensor]) -> tuple[torch.Tensor, list[slice]]:
+    """Move ``params``' values into one zero-padded buffer, each parameter starting on an
+    ``ALIGN_BYTES`` boundary (its ``.data`` becomes a view of it); returns the buffer and each
+    parameter's slice of it. The same parameters in the same order always get the same layout."""
+    first = params[0]
+    align = max(1, ALIGN_BYTES // first.element_size())
+    views: list[slice] = []
+    offset = 0
+    for p in params:
+        offset = -(-offset // align) * align  # rounded up to the next boundary
+        views.append(slice(offset, offset + p.numel()))
+        offset += p.numel()
+    data = torch.zeros(offset, device=first.device, dtype=first.dtype)
+    for p, view in zip(params, views, strict=True):
+        data[view].copy_(p.detach().reshape(-1))
+        p.data = data[view].view_as(p)
+    return data, views
+
 
 class FlatParameters:
     """Re-homes a module's parameters (and their gradients) into two contiguous buffers.
 
     Parameters keep their identity (only ``.data`` moves), and autograd accumulates into
     the existing ``.grad`` views in place, so the module works exactly as before.
+
+    Each parameter starts on a 64-byte boundary, as torch's own allocations do: BLAS kernels
+    take other paths for unaligned operands, whose results differ in the last bit, so a module
+    restored from a checkpoint (its own allocations) would not compute exactly what the learner's
+    module computes. The padding between parameters stays zero (its gradient is zero, so Adam
+    and clipping leave it so).
     """
 
     def __init__(self, module: nn.Module) -> None:
         self.params = [p for p in module.parameters() if p.requires_grad]
-        total = sum(p.numel() for p in self.params)
-        first = self.params[0]
-        self.data = torch.empty(total, device=first.device, dtype=first.dtype)
-        self.grad = torch.zeros(total, device=first.device, dtype=first.dtype)
-        self.views: list[slice] = []
-        offset = 0
-        for p in self.params:
-            view = slice(offset, offset + p.numel())
-            self.data[view].copy_(p.detach().reshape(-1))
-            p.data = self.data[view].view_as(p)
+        self.data, self.views = rehome(self.params)
+        self.grad = torch.zeros_like(self.data)
+        for p, view in zip(self.params, self.views, strict=True):
             p.grad = self.grad[view].view_as(p)
-            self.views.append(view)
-            offset += p.numel()
 
     def zero_grad(self) -> None:
         self.grad.zero_()
