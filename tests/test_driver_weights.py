@@ -4,37 +4,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.errors import ConfigError
+from tests.tuned_ppo import train_to, tuned_ppo_config
 
-TUNED_EXAMPLE = Path(__file__).parent.parent / "tuned_examples" / "ppo_cartpole.yaml"
 NUM_ENVS = 4
 
 
 @pytest.fixture(scope="module")
 def expert(tmp_path_factory: pytest.TempPathFactory) -> tuple[PPOConfig, dict[str, np.ndarray]]:
     """The tuned PPO example trained (seed 0) to a 20-episode mean return of 450: its config and weights."""
-    (experiment,) = yaml.safe_load(TUNED_EXAMPLE.read_text()).values()
-    config = (
-        PPOConfig()
-        .environment("CartPole-v1")
-        .update_from_dict(experiment["config"])
-        .reporting(storage_path=str(tmp_path_factory.mktemp("results")))
-        .debugging(seed=0)
-    )
+    config = tuned_ppo_config(tmp_path_factory.mktemp("results"))
     with config.build() as algo:
-        result = algo.train()
-        while result["episode_return_mean"] < 450 and result["timesteps_total"] < 100_000:
-            result = algo.train()
-        assert result["episode_return_mean"] >= 450, "the expert did not learn"
+        train_to(algo, 450)
         return config, algo.get_policy().get_weights()
 
 

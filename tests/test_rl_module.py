@@ -10,32 +10,19 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.core.columns import Columns
 from rltrainer.core.rl_module.rl_module import DEFAULT_MODULE_ID, RLModule
 from rltrainer.env.multi_agent_examples import MultiAgentCartPole, policy_per_agent
-
-TUNED_EXAMPLE = Path(__file__).parent.parent / "tuned_examples" / "ppo_cartpole.yaml"
+from tests.tuned_ppo import train_to, tuned_ppo_config
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory):
     """The tuned PPO example trained (seed 0) to a mean return of 450, and its checkpoint."""
-    (experiment,) = yaml.safe_load(TUNED_EXAMPLE.read_text()).values()
-    config = (
-        PPOConfig()
-        .environment("CartPole-v1")
-        .update_from_dict(experiment["config"])
-        .reporting(storage_path=str(tmp_path_factory.mktemp("results")))
-        .debugging(seed=0)
-    )
-    algo = config.build()
-    result = algo.train()
-    while result["episode_return_mean"] < 450 and result["timesteps_total"] < 100_000:
-        result = algo.train()
-    assert result["episode_return_mean"] >= 450, "PPO did not learn"
+    algo = tuned_ppo_config(tmp_path_factory.mktemp("results")).build()
+    train_to(algo, 450)
     checkpoint = algo.save(str(tmp_path_factory.mktemp("checkpoint")))
     yield algo, checkpoint
     algo.stop()
