@@ -310,7 +310,7 @@ class Algorithm(PolicyAccess, Checkpointing, TrialFolder, TrainableSlot):  # Tra
             "num_env_steps_trained": self.counters.num_env_steps_trained - trained_before,
             "num_env_steps_sampled_lifetime": self.counters.timesteps_total,
             "num_env_steps_sampled_per_s": self._iteration_samples / max(elapsed, 1e-9),
-            "num_healthy_env_runners": sum(1 for r in self.env_runner_group.remote_workers if r is not None),
+            "num_healthy_env_runners": self.env_runner_group.num_healthy_remote_env_runners(),
             "num_env_runner_restarts": self.env_runner_group.num_restarts,
             "num_learner_restarts": self.learner_group.num_restarts,
             **stats,

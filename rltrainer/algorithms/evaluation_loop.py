@@ -142,7 +142,7 @@ class Evaluation:
             metrics = self._run_remote(group, parallel_train_future)
         if self.estimation is not None:
             metrics["off_policy_estimator"] = self.estimation.run()
-        metrics.setdefault("num_healthy_env_runners", sum(r is not None for r in group.remote_workers))
+        metrics.setdefault("num_healthy_env_runners", group.num_healthy_remote_env_runners())
         metrics.setdefault("num_env_runner_restarts", group.num_restarts)
         return metrics
 
