@@ -10,7 +10,6 @@ import pytest
 
 from rltrainer.algorithms.apex import ApexDDPGConfig, ApexDQNConfig
 from rltrainer.algorithms.registry import get_algorithm_class
-from rltrainer.errors import ConfigError
 
 
 def test_rllib_names_and_defaults():
@@ -22,11 +21,6 @@ def test_rllib_names_and_defaults():
     assert dqn.replay_buffer_config["capacity"] == 2_000_000
     assert dqn.exploration_config["type"] == "PerWorkerEpsilonGreedy"
     assert ApexDDPGConfig().exploration_config["type"] == "PerWorkerOrnsteinUhlenbeckNoise"
-
-
-def test_replay_shards_in_actors_are_refused_with_the_reason():
-    with pytest.raises(ConfigError, match="num_replay_buffer_shards=4.*replay actors are not built"):
-        ApexDQNConfig().environment("CartPole-v1").training(num_replay_buffer_shards=4).validate()
 
 
 def small(config_class, env: str, runners: int, **training):
@@ -43,6 +37,22 @@ def small(config_class, env: str, runners: int, **training):
         .reporting(min_sample_timesteps_per_iteration=400, min_time_s_per_iteration=0)
         .debugging(seed=0)
     )
+
+
+def test_replay_shards_are_one_buffer_of_the_whole_capacity_in_one_logged_line(caplog):
+    """RLlib's tuned examples set num_replay_buffer_shards: 2 (replay actors, each a share of the
+    capacity); the driver's one buffer holds the whole capacity, and says so."""
+    with caplog.at_level("WARNING", logger="rltrainer.algorithms.apex.apex"):
+        algo = small(ApexDQNConfig, "CartPole-v1", 0, num_replay_buffer_shards=2).build()
+    try:
+        assert algo.replay_buffer.capacity == 5_000
+        (record,) = caplog.records
+        assert record.getMessage().startswith(
+            "num_replay_buffer_shards=2: rltrainer's Ape-X keeps one replay buffer in the driver, "
+            "holding the whole capacity (5000 transitions)"
+        )
+    finally:
+        algo.stop()
 
 
 def test_without_remote_runners_it_is_the_synchronous_off_policy_step():

@@ -169,11 +169,6 @@ def test_the_flag_takes_only_torch(framework: str, tmp_path: Path, capsys) -> No
 @pytest.mark.parametrize(
     ("algorithm", "settings", "message"),
     [
-        (
-            "APEX",
-            {"optimizer": {"num_replay_buffer_shards": 4}},
-            "keeps one prioritized replay buffer in the driver",
-        ),
         ("APEX", {"optimizer": {"num_replay_buffer_shards": 1, "grads_per_step": 10}}, "'optimizer' holds"),
         (
             "DQN",
@@ -186,6 +181,23 @@ def test_the_flag_takes_only_torch(framework: str, tmp_path: Path, capsys) -> No
         ("DQN", {"noisy": True}, "no noisy layers"),
         ("DQN", {"adam_epsilon": 1e-8}, "Adam epsilon is fixed at 1e-5"),
         ("DQN", {"replay_buffer_config": {"replay_sequence_length": 20}}, "no recurrent replay"),
+        ("DQN", {"replay_buffer_config": {"storage_unit": "sequences"}}, "single (n-step) transitions"),
+        ("SAC", {"replay_buffer_config": {"batch_length_T": 64}}, "single (n-step) transitions"),
+        ("DQN", {"replay_buffer_config": {"replay_burn_in": 20}}, "no recurrent state to burn in"),
+        ("DQN", {"burn_in": 20}, "replay_burn_in=20 cannot take effect"),
+        ("DQN", {"replay_buffer_config": {"replay_mode": "lockstep"}}, "lockstep replay is not built"),
+        ("APEX", {"multiagent": {"replay_mode": "lockstep"}}, "lockstep replay is not built"),
+        ("DDPG", {"replay_batch_size": 64}, "the replayed batch is train_batch_size transitions"),
+        (
+            "TD3",
+            {"replay_buffer_config": {"underlying_buffer_config": {"type": "ReplayBuffer"}}},
+            "set its type, capacity, alpha and beta there",
+        ),
+        (
+            "DQN",
+            {"replay_buffer_config": {"type": "ReservoirReplayBuffer"}},
+            "unknown replay_buffer_config type",
+        ),
         ("SAC", {"worker_side_prioritization": True}, "TD errors from the driver's learner"),
         ("SAC", {"no_done_at_end": True}, "episodes end when the env ends them"),
         ("IMPALA", {"vtrace_drop_last_ts": True}, "bootstraps from the value of the next observation"),
@@ -209,11 +221,11 @@ def test_a_refused_key_in_a_file_is_one_line(tmp_path: Path, capsys) -> None:
     path = tmp_path / "apex.yaml"
     path.write_text(
         "cartpole-apex:\n  env: CartPole-v0\n  run: APEX\n"
-        "  config: {framework: tf, num_workers: 0, optimizer: {num_replay_buffer_shards: 4}}\n"
+        "  config: {framework: tf, num_workers: 0, replay_buffer_config: {storage_unit: episodes}}\n"
     )
     assert main(["train", "-f", str(path), *ONE_ITERATION, "--local-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "num_replay_buffer_shards=4" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "storage_unit='episodes'" in err and "Traceback" not in err
 
 
 # --- how the keys combine ---------------------------------------------------------------------
@@ -233,6 +245,56 @@ def test_nested_and_flat_replay_keys_update_the_current_buffer() -> None:
         config.num_steps_sampled_before_learning_starts == 9
         and config.replay_buffer_config["capacity"] == 1000
     )
+
+
+def test_the_replay_buffer_classes_keys_set_what_they_name(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="rltrainer.algorithms.rllib_keys"):
+        config = get_algorithm_class("APEX").config_class.from_dict(
+            {
+                "env": "CartPole-v1",
+                "replay_buffer_config": {
+                    "type": "ray.rllib.utils.replay_buffers.MultiAgentPrioritizedReplayBuffer",
+                    "min_size_for_sampling": 1000,  # RLlib 2.0-2.1's learning_starts
+                    "buffer_size": 20_000,
+                    "storage_unit": "timesteps",
+                    "replay_zero_init_states": False,
+                    "num_shards": 2,
+                },
+            }
+        )
+    config.validate()
+    assert config.num_steps_sampled_before_learning_starts == 1000
+    assert config.replay_buffer_config["capacity"] == 20_000
+    assert set(config.replay_buffer_config) == {"type", "capacity", "alpha", "beta"}
+    assert [record.getMessage().split(":")[0] for record in caplog.records] == [
+        "replay_buffer_config.replay_zero_init_states has no effect in rltrainer",
+        "replay_buffer_config.num_shards has no effect in rltrainer",
+    ]
+
+
+PUBLISHED_APEX = ROOT / "tests" / "data" / "rllib_published" / "cartpole-apex-dqn.yaml"
+
+
+def test_rllibs_published_apex_cartpole_file_trains_as_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys
+) -> None:
+    """RLlib's own file, unchanged: 3 env runners (they fit 2 cores), 2 replay shards, and
+    replay_buffer_config's min_size_for_sampling; one iteration lasts its min_time_s_per_iteration (5 s)."""
+    import ray
+
+    try:
+        with caplog.at_level(logging.WARNING):
+            code = main(["train", "-f", str(PUBLISHED_APEX), *ONE_ITERATION, "--local-dir", str(tmp_path)])
+    finally:
+        ray.shutdown()  # the local instance its env runners started
+    assert code == 0, capsys.readouterr().err[-2000:]
+    (params_file,) = tmp_path.glob("cartpole-apex-dqn-training-itr/*/params.json")
+    params = json.loads(params_file.read_text())
+    assert params["num_steps_sampled_before_learning_starts"] == 1000
+    assert params["replay_buffer_config"]["capacity"] == 20_000
+    assert (params["num_env_runners"], params["num_replay_buffer_shards"]) == (3, 2)
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "num_replay_buffer_shards=2: rltrainer's Ape-X keeps one replay buffer in the driver" in logged
 
 
 @pytest.mark.parametrize("order", [("lr", "lr_schedule"), ("lr_schedule", "lr")])
@@ -275,8 +337,8 @@ def test_rllib_1x_multiagent_dict_sets_the_multi_agent_settings() -> None:
         {"multiagent": {"count_steps_by": "agent_steps", "policies_to_train": ["learner"]}}
     )
     assert (config.count_steps_by, config.policies_to_train) == ("agent_steps", ["learner"])
-    with pytest.raises(ConfigError, match=r"'multiagent' holds \['replay_mode'\].*it reads count_steps_by"):
-        get_algorithm_class("PPO").config_class.from_dict({"multiagent": {"replay_mode": "lockstep"}})
+    with pytest.raises(ConfigError, match=r"'multiagent' holds \['policy_map_capacity'\].*it reads"):
+        get_algorithm_class("PPO").config_class.from_dict({"multiagent": {"policy_map_capacity": 100}})
 
 
 def test_input_dataset_needs_the_paths_of_input_config() -> None:

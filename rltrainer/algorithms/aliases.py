@@ -74,9 +74,20 @@ PATH_ALIASES: dict[str, str] = {
     "replay_buffer_config.prioritized_replay_beta": "replay_buffer_config.beta",
     "replay_buffer_config.prioritized_replay_eps": "replay_buffer_config.eps",
     "replay_buffer_config.learning_starts": "num_steps_sampled_before_learning_starts",
+    # RLlib 2.0-2.1's name of learning_starts, a constructor argument of its replay buffers.
+    "replay_buffer_config.min_size_for_sampling": "num_steps_sampled_before_learning_starts",
+    "replay_buffer_config.buffer_size": "replay_buffer_config.capacity",
     # Settings rltrainer has one value of (DOCUMENTED_SETTINGS), checked under their flat name.
     "replay_buffer_config.replay_sequence_length": "replay_sequence_length",
     "replay_buffer_config.worker_side_prioritization": "worker_side_prioritization",
+    "replay_buffer_config.storage_unit": "storage_unit",
+    "replay_buffer_config.replay_burn_in": "replay_burn_in",
+    "burn_in": "replay_burn_in",  # RLlib 1.x's R2D2
+    "replay_buffer_config.replay_mode": "replay_mode",
+    "multiagent.replay_mode": "replay_mode",  # RLlib 1.x
+    "replay_buffer_config.replay_batch_size": "replay_batch_size",
+    "replay_buffer_config.underlying_buffer_config": "underlying_buffer_config",
+    "replay_buffer_config.batch_length_T": "batch_length_T",
     "optimizer.num_replay_buffer_shards": "num_replay_buffer_shards",
     "optimizer.max_weight_sync_delay": "max_weight_sync_delay",
     # RLlib 1.x: PPO's top-level switch, later the model's.
@@ -107,6 +118,10 @@ SCHEDULES = ("lr_schedule", "entropy_coeff_schedule")
 _TF_ONLY = "a TensorFlow setting, and rltrainer is torch only"
 _ONE_STACK = "RLlib's switch between its old and new internals; rltrainer has one implementation"
 _DRIVER_REPLAY = "the replay buffer lives in the driver, so there is nothing to place"
+_NO_SEQUENCES = "it sets up recurrent states of replayed sequences, and replay holds single transitions"
+_SINGLE_TRANSITIONS = (
+    "replay stores and samples single (n-step) transitions: no sequences, episodes or fragments"
+)
 
 #: RLlib switches that change nothing about what rltrainer computes, with the reason: accepted
 #: (any value) with one logged line saying so. Only switches of implementation, never math.
@@ -132,6 +147,25 @@ NO_EFFECT: dict[str, str] = {
     "replay_buffer_config.replay_buffer_shards_colocated_with_driver": _DRIVER_REPLAY,
     "prioritized_replay_beta_annealing_timesteps": (
         "beta stays constant (final_prioritized_replay_beta must equal it), so there is nothing to anneal"
+    ),
+    "replay_buffer_config._enable_replay_buffer_api": (
+        "RLlib's switch between its old and new replay buffer code; rltrainer has one replay buffer"
+    ),
+    "replay_buffer_config.prioritized_replay": (
+        "RLlib 2.x's replay buffers ignore it too: replay_buffer_config's type picks prioritized replay"
+    ),
+    "replay_buffer_config.num_shards": _DRIVER_REPLAY,
+    "no_local_replay_buffer": _DRIVER_REPLAY,
+    "replay_buffer_config.replay_zero_init_states": _NO_SEQUENCES,
+    "replay_zero_init_states": _NO_SEQUENCES,
+    "zero_init_states": _NO_SEQUENCES,  # RLlib 1.x's R2D2
+    "replay_buffer_config.replay_sequence_override": _NO_SEQUENCES,
+    "replay_buffer_config.batch_size_B": (
+        "the replayed batch is train_batch_size transitions (RLlib's DQN passes its size to sample() too)"
+    ),
+    "replay_buffer_config.metrics_num_episodes_for_smoothing": (
+        "the replay buffer keeps no episode statistics; results smooth over the top-level "
+        "metrics_num_episodes_for_smoothing"
     ),
     "v_min": "the support of a distributional Q head; rltrainer's DQN has none (num_atoms=1)",
     "v_max": "the support of a distributional Q head; rltrainer's DQN has none (num_atoms=1)",
@@ -178,6 +212,22 @@ DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
         "errors from the driver's learner",
     ),
     "replay_sequence_length": (1, "replay holds single transitions (no recurrent replay)"),
+    "storage_unit": ("timesteps", _SINGLE_TRANSITIONS),
+    "batch_length_T": (1, _SINGLE_TRANSITIONS),
+    "replay_burn_in": (0, "replay holds single transitions, so there is no recurrent state to burn in"),
+    "replay_mode": (
+        "independent",
+        "each policy samples its own replay buffer (RLlib's independent); lockstep replay is not built",
+    ),
+    "replay_batch_size": (
+        None,
+        "the replayed batch is train_batch_size transitions (RLlib's derivation too)",
+    ),
+    "underlying_buffer_config": (
+        None,
+        "each policy's buffer is the one replay_buffer_config describes: set its type, capacity, alpha "
+        "and beta there",
+    ),
     "num_atoms": (1, "rltrainer's DQN learns expected Q values; there is no distributional head"),
     "noisy": (False, "rltrainer's DQN has no noisy layers; explore with exploration_config: ParameterNoise"),
     "adam_epsilon": (1e-5, "the learners' Adam epsilon is fixed at 1e-5 (SB3's and CleanRL's)"),

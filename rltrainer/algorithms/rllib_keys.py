@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rltrainer.algorithms.aliases import NO_EFFECT, PATH_ALIASES, PATH_VALUES, SCHEDULES
+from rltrainer.algorithms.aliases import DOCUMENTED_SETTINGS, NO_EFFECT, PATH_ALIASES, PATH_VALUES, SCHEDULES
 from rltrainer.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def translate_rllib_keys(config: Any, section: str, settings: dict[str, Any]) ->
     for key, value in settings.items():
         if key in NO_EFFECT:
             _say_no_effect(key)
-        elif key in PATH_ALIASES and PATH_ALIASES[key].split(".", 1)[0] in fields:
+        elif key in PATH_ALIASES and _sets(PATH_ALIASES[key], fields):
             if key in SCHEDULES:
                 if value is not None:
                     late[PATH_ALIASES[key]] = value
@@ -72,6 +72,12 @@ def translate_rllib_keys(config: Any, section: str, settings: dict[str, Any]) ->
 def is_rllib_key(key: str) -> bool:
     """Whether ``translate_rllib_keys`` reads ``key`` (a config may still lack its target)."""
     return key in PATH_ALIASES or key in NO_EFFECT or key in PARENTS or key == FINAL_BETA
+
+
+def _sets(path: str, fields: Any) -> bool:
+    """Whether ``path`` (a ``PATH_ALIASES`` target) is a setting of the config: a field or a key of
+    one, or a setting rltrainer has one value of (checked by the config under that name)."""
+    return path.split(".", 1)[0] in fields or path in DOCUMENTED_SETTINGS
 
 
 def _reads_from(parent: str, fields: Any) -> bool:

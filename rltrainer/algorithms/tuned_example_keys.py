@@ -84,26 +84,56 @@ COMMON_KEYS: tuple[str, ...] = (
     "train_batch_size",
 )
 
+#: The replay keys of RLlib 1.x: its flat settings, R2D2's and the multiagent dict's.
 _REPLAY_1X = (
     "buffer_size",
+    "burn_in",
     "final_prioritized_replay_beta",
     "learning_starts",
+    "multiagent.replay_mode",
+    "no_local_replay_buffer",
     "prioritized_replay",
     "prioritized_replay_alpha",
     "prioritized_replay_beta",
     "prioritized_replay_beta_annealing_timesteps",
     "prioritized_replay_eps",
+    "replay_batch_size",
+    "replay_sequence_length",
+    "replay_zero_init_states",
     "worker_side_prioritization",
+    "zero_init_states",
 )
+#: The replay keys of RLlib 2.x: its settings, and the constructor arguments of its replay buffer
+#: classes (``rllib/utils/replay_buffers``: ReplayBuffer, PrioritizedReplayBuffer, the MultiAgent
+#: ones and the Episode ones) that ``replay_buffer_config`` passes them.
 _REPLAY_2X = (
     "num_steps_sampled_before_learning_starts",
     "replay_buffer_config",
+    "replay_buffer_config._enable_replay_buffer_api",
+    "replay_buffer_config.alpha",
+    "replay_buffer_config.batch_length_T",
+    "replay_buffer_config.batch_size_B",
+    "replay_buffer_config.beta",
+    "replay_buffer_config.buffer_size",
     "replay_buffer_config.capacity",
     "replay_buffer_config.learning_starts",
+    "replay_buffer_config.metrics_num_episodes_for_smoothing",
+    "replay_buffer_config.min_size_for_sampling",
+    "replay_buffer_config.num_shards",
+    "replay_buffer_config.prioritized_replay",
     "replay_buffer_config.prioritized_replay_alpha",
     "replay_buffer_config.prioritized_replay_beta",
     "replay_buffer_config.prioritized_replay_eps",
+    "replay_buffer_config.replay_batch_size",
+    "replay_buffer_config.replay_burn_in",
+    "replay_buffer_config.replay_mode",
+    "replay_buffer_config.replay_sequence_length",
+    "replay_buffer_config.replay_sequence_override",
+    "replay_buffer_config.replay_zero_init_states",
+    "replay_buffer_config.storage_unit",
     "replay_buffer_config.type",
+    "replay_buffer_config.underlying_buffer_config",
+    "replay_buffer_config.worker_side_prioritization",
     "store_buffer_in_checkpoints",
     "training_intensity",
 )
@@ -124,9 +154,6 @@ _DQN = (
     "n_step",
     "noisy",
     "num_atoms",
-    "replay_buffer_config.replay_sequence_length",
-    "replay_buffer_config.worker_side_prioritization",
-    "replay_sequence_length",
     "target_network_update_freq",
     "td_error_loss_fn",
     "v_max",
@@ -342,10 +369,16 @@ NOTES: dict[str, str] = {
     "final_prioritized_replay_beta": (
         "only the value of the beta in effect: beta stays constant (no annealing); others are refused"
     ),
-    "optimizer.num_replay_buffer_shards": "1 only: the replay buffer lives in the driver",
-    "replay_buffer_config.type": (
-        "ReplayBuffer, PrioritizedReplayBuffer and RLlib's MultiAgent/Episode names of the same buffers"
+    "optimizer.num_replay_buffer_shards": (
+        "one buffer in the driver holds the whole capacity RLlib splits across the shards; a count "
+        "above 1 logs one line saying so"
     ),
+    "replay_buffer_config.type": (
+        "ReplayBuffer, PrioritizedReplayBuffer and RLlib's MultiAgent/Episode names of the same buffers "
+        "(also as `ray.rllib.utils.replay_buffers.` paths)"
+    ),
+    "replay_buffer_config.alpha": "RLlib's new-stack name, and rltrainer's",
+    "replay_buffer_config.beta": "RLlib's new-stack name, and rltrainer's",
     "input": (
         "sampler, or files/folders of recorded JSON or Parquet (RLlib's format); RLlib 2.x's "
         "`dataset`: the files of `input_config.paths`"
@@ -442,7 +475,8 @@ RLlib's tuned examples (`rllib/tuned_examples`: the YAML files of the Trainer er
 YAML and Python files of the AlgorithmConfig era, 2.x) run as written with
 `rltrainer train -f FILE --framework torch`: `--framework torch` overrides the file's
 `framework: tf` (as RLlib's CLI does). Every config key those examples use for the algorithms
-rltrainer has is below, with what it does here:
+rltrainer has is below, with what it does here, and every replay key of both eras beside them
+(the constructor arguments of RLlib's replay buffer classes, which `replay_buffer_config` passes):
 
 - **same**: the setting of that name, with RLlib's meaning;
 - **renamed**: RLlib's other name of a setting (a `parent.key` is a key inside a dict setting);

@@ -330,7 +330,11 @@ _BUFFER_TYPES: dict[str, type[ReplayBuffer]] = {
     "MultiAgentPrioritizedReplayBuffer": PrioritizedReplayBuffer,
     "EpisodeReplayBuffer": ReplayBuffer,
     "PrioritizedEpisodeReplayBuffer": PrioritizedReplayBuffer,
+    "MultiAgentEpisodeReplayBuffer": ReplayBuffer,
+    "MultiAgentPrioritizedEpisodeReplayBuffer": PrioritizedReplayBuffer,
 }
+#: RLlib's module of its buffers: ``ray.rllib.utils.replay_buffers[.<module>].<name>`` is ``<name>``.
+_RLLIB_MODULE = "ray.rllib.utils.replay_buffers."
 _CONFIG_KEYS = ("type", "capacity", "alpha", "beta", "eps")
 
 
@@ -339,8 +343,10 @@ def check_replay_buffer_config(
 ) -> tuple[type[ReplayBuffer], int, dict[str, float]]:
     """``(class, capacity, prioritized kwargs)`` of an RLlib-style replay_buffer_config.
 
-    ``type`` is one of ``_BUFFER_TYPES``' names or a ``ReplayBuffer`` subclass (default
-    ``"ReplayBuffer"``); ``capacity`` defaults to 50_000. ``alpha``, ``beta`` and ``eps``
+    ``type`` is one of ``_BUFFER_TYPES``' names (also as RLlib's full path,
+    ``ray.rllib.utils.replay_buffers.<name>``) or a ``ReplayBuffer`` subclass (default
+    ``"ReplayBuffer"``); ``capacity`` defaults to 50_000. RLlib's other keys of the dict are
+    translated before (``rltrainer.algorithms.rllib_keys``). ``alpha``, ``beta`` and ``eps``
     configure a prioritized buffer and are ignored by a uniform one, so switching ``type``
     alone works. Raises ``ValueError`` naming the bad key and what is allowed.
     """
@@ -348,6 +354,8 @@ def check_replay_buffer_config(
     if unknown:
         raise ValueError(f"unknown replay_buffer_config key(s) {unknown}; allowed: {list(_CONFIG_KEYS)}")
     buffer_type = replay_buffer_config.get("type", "ReplayBuffer")
+    if isinstance(buffer_type, str) and buffer_type.startswith(_RLLIB_MODULE):
+        buffer_type = buffer_type.rsplit(".", 1)[1]
     if isinstance(buffer_type, type) and issubclass(buffer_type, ReplayBuffer):
         cls = buffer_type
     elif isinstance(buffer_type, str) and buffer_type in _BUFFER_TYPES:

@@ -7,11 +7,13 @@ Each remote env runner keeps ``max_requests_in_flight_per_env_runner`` sample re
 0.4 ** (1 + 7 (i - 1) / (N - 1))). The driver adds whatever finished to its prioritized replay
 buffer, trains ``training_intensity`` replayed samples per sampled step, and broadcasts weights
 every ``max_weight_sync_delay`` sampled env steps. Without remote runners it is the synchronous
-off-policy step. The replay buffer is the driver's (one shard, no replay actors).
+off-policy step. The replay buffer is the driver's (one buffer of the whole capacity, no replay
+actors, whatever ``num_replay_buffer_shards`` says).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -21,12 +23,24 @@ from rltrainer.algorithms.dqn.dqn import DQN
 from rltrainer.algorithms.dqn.off_policy import OffPolicyAlgorithm
 from rltrainer.errors import WorkerError
 
+logger = logging.getLogger(__name__)
+
 
 class ApexSampling(OffPolicyAlgorithm):
     """The asynchronous sampling and weight broadcasts Ape-X adds to an off-policy algorithm."""
 
     def setup(self, config: Any) -> None:
         super().setup(config)
+        shards = self.config.num_replay_buffer_shards
+        if shards > 1:
+            logger.warning(
+                "num_replay_buffer_shards=%d: rltrainer's Ape-X keeps one replay buffer in "
+                "the driver, holding the whole capacity (%s transitions) that RLlib splits across %d "
+                "replay actors",
+                shards,
+                self.config.replay_buffer_config.get("capacity"),
+                shards,
+            )
         self._sampled_since_sync = 0
         self._last_sample_at = time.monotonic()
 

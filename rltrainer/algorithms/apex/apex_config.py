@@ -9,7 +9,6 @@ from pydantic import Field
 from rltrainer.algorithms.ddpg.ddpg_config import DDPGConfig
 from rltrainer.algorithms.dqn.dqn_config import DQNConfig
 from rltrainer.algorithms.dqn.off_policy_config import OffPolicyConfig
-from rltrainer.errors import ConfigError
 
 APEX_TRAINING: tuple[str, ...] = (
     "max_requests_in_flight_per_env_runner",
@@ -36,8 +35,9 @@ class ApexSettings:
     max_weight_sync_delay: int = Field(400, ge=1)
     """Env steps sampled between weight broadcasts to the env runners."""
     num_replay_buffer_shards: int = Field(1, ge=1)
-    """Replay shards. Only 1: the replay buffer lives in the driver (RLlib's default is 4 shards
-    in replay actors, which this does not build)."""
+    """Replay shards: RLlib splits the buffer's capacity across this many replay actors (4 by
+    default). rltrainer keeps one buffer of the whole capacity in the driver; a count
+    above 1 is accepted with one logged line saying so."""
 
     # RLlib's Ape-X defaults for DQN's and DDPG's own settings.
     num_env_runners: int = Field(32, ge=0)
@@ -50,13 +50,6 @@ class ApexSettings:
     min_sample_timesteps_per_iteration: int = Field(25_000, ge=0)
     min_time_s_per_iteration: float = Field(30.0, ge=0)
     replay_buffer_config: dict[str, Any] = Field(default_factory=lambda: dict(_APEX_REPLAY))
-
-    def _check_apex(self: Any) -> None:
-        if self.num_replay_buffer_shards != 1:
-            raise ConfigError(
-                f"num_replay_buffer_shards={self.num_replay_buffer_shards}: rltrainer's Ape-X keeps one "
-                "prioritized replay buffer in the driver (replay actors are not built); set it to 1"
-            )
 
 
 def _apex_sections(base: type[OffPolicyConfig], extra: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -75,10 +68,6 @@ class ApexDQNConfig(ApexSettings, DQNConfig):
                                  "final_epsilon": 0.02, "epsilon_timesteps": 10_000}
     )  # fmt: skip
 
-    def validate(self) -> None:
-        super().validate()
-        self._check_apex()
-
 
 class ApexDDPGConfig(ApexSettings, DDPGConfig):
     """Ape-X DDPG (RLlib's ``APEX_DDPG``): DDPG's settings with RLlib's Ape-X defaults."""
@@ -91,10 +80,6 @@ class ApexDDPGConfig(ApexSettings, DDPGConfig):
         default_factory=lambda: {"type": "PerWorkerOrnsteinUhlenbeckNoise", "ou_base_scale": 0.1,
                                  "ou_theta": 0.15, "ou_sigma": 0.2}
     )  # fmt: skip
-
-    def validate(self) -> None:
-        super().validate()
-        self._check_apex()
 
 
 __all__ = ["ApexDDPGConfig", "ApexDQNConfig"]
