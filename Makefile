@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean crds images base-image e2e system-deps docs
+.PHONY: install demo test lint bench clean crds images base-image e2e system-deps docs parts kuberay coredns
 
 install: $(STAMP)
 
@@ -30,6 +30,19 @@ system-deps:
 		echo "missing Debian packages (tests that need them skip): $$missing"; \
 	fi
 
+# The platform's real components beside the control plane, each built from its Go module at the
+# version operator/rltrainer_operator/testing/parts.toml pins (module hash and build info checked)
+# into ~/.cache/rltrainer-parts: KubeRay's operator and CoreDNS (the nodes' cluster DNS). A cold
+# build takes minutes on 2 cores, a built one is re-checked in about a second. `make parts`
+# without `go` says so and succeeds (the tests that need them skip, saying why).
+PARTS := $(PYTHON) operator/rltrainer_operator/testing/parts.py
+parts:
+	$(PARTS) build --if-go kuberay coredns
+kuberay:
+	$(PARTS) build kuberay
+coredns:
+	$(PARTS) build coredns
+
 DEMO_DIR := .demo_results
 
 # Train PPO on CartPole-v1 until solved (tuned example), checkpoint, evaluate the checkpoint.
@@ -45,16 +58,16 @@ demo: $(STAMP)
 # Byte-compiled first: pip compiles the dependencies but not this checkout, and where
 # PYTHONDONTWRITEBYTECODE is set no process writes the .pyc files, so each of the suite's ~500
 # processes (Ray actors, CLI runs) compiled the modules it imports again (~0.2 s each).
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps parts
 	$(BIN)/python -m compileall -q -j 0 rltrainer operator/rltrainer_operator tests bench
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
-# End to end without a cluster: tests/e2e (the operator, real local Ray clusters played by the
-# local KubeRay, moto's S3, the fault matrix) and tests/node (the same journeys on real Pods on two
-# real nodes, suspend/resume and a sweep there too). About 25 minutes on 2 cores; `make test` runs
+# End to end: tests/e2e (the operator, real local Ray clusters played by the process stand-in
+# for KubeRay, moto's S3, the fault matrix) and tests/node (the same journeys on real Pods on two
+# real nodes made by KubeRay's own operator, suspend/resume and a sweep there too). About 25 minutes on 2 cores; `make test` runs
 # the journeys shortened (a fixed number of iterations instead of until solved), the node's
 # bad-input cases and the fault matrix's storage rows.
-e2e: $(STAMP) system-deps
+e2e: $(STAMP) system-deps parts
 	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/e2e tests/node
 
 lint: $(STAMP)
@@ -81,7 +94,11 @@ crds: $(STAMP)
 # package registries but no image registry. TORCH_WHEELS: a folder holding the torch wheel to
 # install (pip's own find-links folder by default, when it has one), mounted into the build.
 # REQUESTS_CA_BUNDLE: the CA bundle pip verifies with inside the build (pip's cert setting, when
-# it has one).
+# it has one). TORCH_CPU_INDEX: where the cpu variant's torch comes from when no local wheel is
+# given: torch's CPU index where it is reachable (TORCH_CPU_INDEX="--index-url URL"), else empty,
+# the configured index (PyPI): its torch is the CUDA build, ~4.7 GB more in the image, and runs
+# on the CPU as well. Machines that reach only package registries need the empty default.
+TORCH_CPU_INDEX ?=
 IMAGE_REGISTRY ?= ghcr.io/rltrainer
 IMAGE_VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 TORCH_VERSION := $(shell sed -n 's/.*pip install torch==\([0-9.]*\).*/\1/p' Makefile | head -n 1)
@@ -107,6 +124,7 @@ images: $(if $(filter $(LOCAL_BASE_IMAGE),$(BASE_IMAGE)),base-image)
 	$(BUILD) -f images/operator/Dockerfile -t $(IMAGE_REGISTRY)/operator:$(IMAGE_VERSION) .
 	$(foreach variant,$(TRAINER_VARIANTS),$(BUILD) -f images/trainer/Dockerfile --build-arg VARIANT=$(variant) \
 		$(if $(and $(PODMAN),$(TORCH_WHEEL),$(filter cpu,$(variant))),-v $(dir $(TORCH_WHEEL)):/wheels:ro --build-arg TORCH_PIP_ARGS=--find-links=/wheels) \
+		--build-arg TORCH_CPU_INDEX="$(TORCH_CPU_INDEX)" \
 		-t $(IMAGE_REGISTRY)/trainer:$(IMAGE_VERSION)-$(variant) . &&) true
 
 # The local base: Debian bookworm (minbase) with Python 3.11, venv and CA certificates, made with
