@@ -6,7 +6,7 @@ keys and values, the ``stop`` keys, and that ``config`` leaves alone what the sp
 (replicas, resources, storage, checkpointing, fault tolerance, the env), that a sweep (search
 spaces in ``config``, or ``spec.tune``) is one the driver can run (rltrainer's ``check_sweep``:
 the metric, the scheduler's settings, PBT mutations), and that
-``rayAuth.mode: token`` has a Ray that supports it. Every problem is an
+``rayVersion`` is one KubeRay can run the trainer image with. Every problem is an
 ``InvalidSpec`` naming the field. Pure: no API calls, and nothing from the trainer image is
 imported (a custom exploration class is checked by the driver, where it lives).
 """
@@ -73,8 +73,12 @@ OWNED_CONFIG_KEYS: dict[str, str] = {
     "placement_timeout_s": "the operator (its provision timeout: worker pods may still be starting)",
 }
 
-#: The first Ray release with token authentication (``RAY_AUTH_MODE=token``).
-RAY_TOKEN_AUTH_SINCE = (2, 52, 0)
+#: The oldest ``rayVersion`` the trainer image can be run as. Below 2.53 KubeRay (v1.5+) probes
+#: the Ray containers with ``wget`` exec probes (``supportsUnifiedHealthCheck`` in its
+#: ``common/pod.go``), and the image has no ``wget``: its Pods would never become ready. From 2.53
+#: KubeRay asks the dashboard agent's ``/api/healthz`` over HTTP. (Token authentication, the
+#: default ``rayAuth``, needs Ray 2.52: covered.) The image itself runs Ray 2.60.
+RAY_VERSION_FLOOR = (2, 53, 0)
 
 #: What the models' patterns mean, for messages.
 _PATTERNS = {
@@ -112,7 +116,7 @@ def validate_experiment(body: Mapping[str, Any]) -> RLExperiment:
     config = _check_config(spec)
     _check_stop(spec)
     _check_sweep(spec, config)
-    _check_ray_auth(spec)
+    _check_ray_version(spec)
     return experiment
 
 
@@ -275,15 +279,17 @@ def _check_stop(spec: ExperimentSpec) -> None:
             raise InvalidSpec(f"spec.stop.{key}", str(err)) from None
 
 
-def _check_ray_auth(spec: ExperimentSpec) -> None:
-    """Token authentication needs a Ray that has it (the image's ``rayVersion``)."""
+def _check_ray_version(spec: ExperimentSpec) -> None:
+    """``rayVersion`` tells KubeRay how to probe the Ray containers: below ``RAY_VERSION_FLOOR``
+    it probes with ``wget``, which the trainer image lacks."""
     version = tuple(int(part) for part in spec.rayVersion.split("."))
-    if spec.rayAuth.mode == "token" and version < RAY_TOKEN_AUTH_SINCE:
-        since = ".".join(map(str, RAY_TOKEN_AUTH_SINCE))
+    if version < RAY_VERSION_FLOOR:
+        floor = ".".join(map(str, RAY_VERSION_FLOOR))
         raise InvalidSpec(
-            "spec.rayAuth.mode",
-            f"token needs Ray {since} or newer, and spec.rayVersion is {spec.rayVersion}: "
-            "use an image with a newer Ray, or set rayAuth.mode: disabled",
+            "spec.rayVersion",
+            f"{spec.rayVersion} is below {floor}: KubeRay probes Ray older than {floor} with wget, "
+            f"which rltrainer's trainer image does not have (its Pods would never become ready); "
+            f"the image runs Ray 2.60: set rayVersion to the image's Ray, {floor} or newer",
         )
 
 

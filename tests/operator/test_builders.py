@@ -9,6 +9,7 @@ expected files after a deliberate change (review the diff).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -129,6 +130,17 @@ def test_names_are_deterministic_and_short_enough():
     assert len(raycluster_name(long)) <= MAX_CLUSTER_NAME
     assert raycluster_name(long) != raycluster_name("a" * 62 + "b")
     assert job_id("ml", "cartpole", "0b9d7f0e-6c1f", 3) == "rlx-ml-cartpole-0b9d7f0e-3"
+
+
+@pytest.mark.parametrize("experiment", ["ppo.cartpole", "v1.2.ppo", "a" * 40 + ".b" * 20])
+def test_a_name_kuberay_would_refuse_maps_to_a_dns1035_label(experiment):
+    """KubeRay requires a DNS-1035 label (no dots); RLExperiment names may have dots. The mapping
+    is deterministic and never collides with the dashed spelling (test_kuberay_real: KubeRay
+    accepts it)."""
+    name = raycluster_name(experiment)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= MAX_CLUSTER_NAME, name
+    assert name == raycluster_name(experiment)
+    assert name != raycluster_name(experiment.replace(".", "-"))
 
 
 def test_cpu_quantities_round_up_to_whole_ray_cpus():

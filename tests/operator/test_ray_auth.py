@@ -181,17 +181,24 @@ def test_the_key_never_shows(kube, kuberay, ray_api, caplog):
 
 @pytest.mark.parametrize(
     ("ray_version", "mode", "ok"),
-    [("2.51.0", "token", False), ("2.51.0", "disabled", True), ("2.52.0", "token", True)],
+    [
+        ("2.51.0", "token", False),
+        ("2.52.0", "disabled", False),
+        ("2.53.0", "token", True),
+        ("2.53.0", "disabled", True),
+    ],
 )
-def test_token_mode_needs_ray_2_52(ray_version, mode, ok):
+def test_ray_below_2_53_is_refused_whatever_the_auth_mode(ray_version, mode, ok):
+    """KubeRay probes Ray below 2.53 with wget (the image has none): refused, saying so; token
+    mode's own floor (2.52) lies below it."""
     body = experiment_manifest(rayVersion=ray_version, rayAuth={"mode": mode})
     if ok:
         assert validate_experiment(body).spec.rayAuth.mode == mode
         return
     with pytest.raises(InvalidSpec) as raised:
         validate_experiment(body)
-    assert raised.value.field == "spec.rayAuth.mode"
-    assert "2.52.0" in raised.value.message and "disabled" in raised.value.message
+    assert raised.value.field == "spec.rayVersion"
+    assert "2.53.0" in raised.value.message and "wget" in raised.value.message
 
 
 def test_token_mode_is_the_default():

@@ -172,6 +172,10 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
             "headGroupSpec": {
                 "rayStartParams": {
                     "dashboard-host": "0.0.0.0",
+                    # Ray listens where the head's port named "dashboard" says (KubeRay copies
+                    # that port into the head Service and status.endpoints, which the operator
+                    # dials): the chart's operator.dashboardPort moves both.
+                    "dashboard-port": str(settings.dashboard_port),
                     "num-cpus": str(shape.head_cpus),
                 },
                 "template": pod_template(

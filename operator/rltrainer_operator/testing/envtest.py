@@ -102,7 +102,8 @@ class Processes:
     def __contains__(self, name: str) -> bool:
         return name in self._procs
 
-    def launch(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def launch(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start ``argv`` as ``name``; ``env``: variables on top of this process's environment."""
         self.logs.mkdir(parents=True, exist_ok=True)
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
         try:
@@ -111,6 +112,7 @@ class Processes:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=None if env is None else {**os.environ, **env},
                 preexec_fn=_die_with_parent,
                 start_new_session=self.new_session,
             )
@@ -118,6 +120,11 @@ class Processes:
             log.close()
         self._procs[name] = proc
         return proc
+
+    def exit_code(self, name: str) -> int | None:
+        """The exit status of ``name`` when it has ended by itself, else None."""
+        proc = self._procs.get(name)
+        return None if proc is None else proc.poll()
 
     def end(self, name: str) -> None:
         """SIGTERM, then SIGKILL after 15 s; nothing when it is not running."""
