@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 import time
 from collections import defaultdict
@@ -34,6 +35,8 @@ POLL_INTERVAL_S = Settings.from_env().poll_interval_s
 
 #: Longest wait between two checks for the CRDs at startup.
 CRD_RETRY_MAX_S = 60
+#: The operator's exit status when the installed KubeRay is older than it supports.
+EXIT_KUBERAY_TOO_OLD = 3
 
 
 @kopf.on.startup()
@@ -47,6 +50,15 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
     if missing:
         delay = min(2 ** min(retry, 6), CRD_RETRY_MAX_S)
         raise kopf.TemporaryError(f"not installed: {'; '.join(missing)}; retrying in {delay}s", delay=delay)
+    too_old = Kube(memo.api_client).kuberay_below_floor()
+    if too_old:
+        if memo.get("settings") is not None:  # the in-process runner: its test reads the error
+            raise kopf.PermanentError(too_old)
+        # Nothing has started yet and nothing the operator would do could work: one line and
+        # out, not kopf's retries or its traceback of a permanent startup failure.
+        logging.getLogger(__name__).critical("cannot start: %s", too_old)
+        logging.shutdown()
+        os._exit(EXIT_KUBERAY_TOO_OLD)
     # Settings in the memo: the in-process runner (testing/runner.py); else the environment.
     operator_settings = memo.get("settings") or Settings.from_env()
     settings.persistence.finalizer = FINALIZER

@@ -77,6 +77,12 @@ REQUIRED_RESOURCES = (
     (GROUP, VERSION, PLURAL, "kubectl apply --server-side -f crds/, or install the Helm chart"),
     (RAY_GROUP, RAY_VERSION, RAY_PLURAL, "install KubeRay 1.6 or newer"),
 )
+#: The oldest KubeRay the operator runs with, and the RayCluster field that tells it: before
+#: v1.6 the CRD has no ``authOptions.secretName`` (the API server prunes it, KubeRay makes a
+#: token of its own, and every job request gets 401) and KubeRay ignores
+#: ``ray.io/disable-provisioned-head-restart``.
+KUBERAY_FLOOR = "v1.6.0"
+KUBERAY_FLOOR_FIELD = ("spec", "authOptions", "secretName")
 
 
 class Kube:
@@ -103,6 +109,36 @@ class Kube:
             if plural not in {resource.name for resource in served or []}:
                 missing.append(f"{plural}.{group}/{version} ({remedy})")
         return missing
+
+    def kuberay_below_floor(self) -> str | None:
+        """One line saying the installed KubeRay is older than ``KUBERAY_FLOOR`` (its RayCluster
+        schema, from the API server's OpenAPI v3 document, which every identity may read, lacks
+        ``KUBERAY_FLOOR_FIELD``), else None."""
+        path = f"/openapi/v3/apis/{RAY_GROUP}/{RAY_VERSION}"
+        try:
+            method, url, headers, _, _ = self.api_client.param_serialize(
+                "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+            )
+            answer = self.api_client.call_api(method, url, header_params=headers, _request_timeout=30)
+            answer.read()
+            if answer.status != 200:
+                raise ApiException(http_resp=answer)
+            document = json.loads(answer.data)
+        except ApiException as err:
+            raise _temporary(f"read {path}", err) from None
+        except TRANSPORT_ERRORS as err:
+            raise _temporary(f"read {path}", err) from None
+        schemas = document.get("components", {}).get("schemas", {})
+        node = next((schema for name, schema in schemas.items() if name.endswith(".v1.RayCluster")), {})
+        for key in KUBERAY_FLOOR_FIELD:
+            node = (node.get("properties") or {}).get(key) or {}
+        if node:
+            return None
+        return (
+            f"the installed KubeRay is older than {KUBERAY_FLOOR}: its RayCluster CRD has no "
+            f"{'.'.join(KUBERAY_FLOOR_FIELD)}, so Ray's job API would refuse the operator's token "
+            f"(401); upgrade KubeRay's CRDs and operator to {KUBERAY_FLOOR} or newer"
+        )
 
     # --- RayClusters -----------------------------------------------------------------------
     def get_raycluster(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -1,6 +1,8 @@
 """The operator as users start it (``kopf run -m rltrainer_operator``), on a control plane of its own
 that starts without our CRDs: it says what is missing in one line per try, keeps retrying with
-backoff, and reconciles as soon as both CRDs are installed."""
+backoff, and reconciles as soon as both CRDs are installed. On a KubeRay older than its floor
+(v1.6, whose RayCluster CRD first has ``authOptions.secretName``: KubeRay v1.5.1's own CRDs here)
+it refuses to start, in one line."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
+from rltrainer_operator.testing import kuberay, parts
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
-from tests.conftest import RAYCLUSTER_CRD, RLX_CRD
+from tests.conftest import RLX_CRD, kuberay_crd_files
 
 KOPF = str(Path(sys.executable).with_name("kopf"))
 
@@ -29,10 +32,8 @@ def bare_plane():
         yield plane
 
 
-def test_kopf_run_waits_for_the_crds_then_reconciles(bare_plane, tmp_path):
-    plane = bare_plane
-    plane.kubectl_run("create", "namespace", "ml")
-    log = tmp_path / "operator.log"
+def kopf_run(plane: ControlPlane, log: Path) -> subprocess.Popen:
+    """``kopf run`` of the operator as a user starts it, watching namespace ``ml``."""
     env = {
         **os.environ,
         "KUBECONFIG": str(plane.kubeconfig),
@@ -40,12 +41,42 @@ def test_kopf_run_waits_for_the_crds_then_reconciles(bare_plane, tmp_path):
         "RLTRAINER_OPERATOR_RAY_TOKEN_KEY": "a-test-key",
     }
     with log.open("wb") as out:
-        operator = subprocess.Popen(
+        return subprocess.Popen(
             [KOPF, "run", "--standalone", "-n", "ml", "-m", "rltrainer_operator"],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
         )
+
+
+def test_kopf_run_refuses_a_kuberay_below_its_floor(bare_plane, tmp_path):
+    """KubeRay v1.5's CRD (its module's own) lacks authOptions.secretName: the API server would
+    prune it, KubeRay would make its own token and every job request would get 401."""
+    plane = bare_plane
+    try:
+        old_crds = kuberay.crd_files("kuberay-below-floor")
+    except parts.PartError as err:
+        pytest.skip(f"KubeRay v1.5's module: {err}")
+    plane.kubectl_run("create", "namespace", "ml")
+    plane.install_crds(RLX_CRD, *old_crds)
+    log = tmp_path / "operator.log"
+    operator = kopf_run(plane, log)
+    try:
+        operator.wait(60)
+    finally:
+        operator.kill()
+    text = log.read_text()
+    assert operator.returncode != 0, text
+    (line,) = [line for line in text.splitlines() if "older than v1.6.0" in line]
+    assert "authOptions.secretName" in line and "upgrade KubeRay" in line, line
+    assert "Traceback" not in text, text
+
+
+def test_kopf_run_waits_for_the_crds_then_reconciles(bare_plane, tmp_path):
+    plane = bare_plane
+    plane.kubectl_run("create", "namespace", "ml")
+    log = tmp_path / "operator.log"
+    operator = kopf_run(plane, log)
     try:
         wait_for(
             "the missing CRDs named",
@@ -61,7 +92,7 @@ def test_kopf_run_waits_for_the_crds_then_reconciles(bare_plane, tmp_path):
             ),
             60,
         )
-        plane.install_crds(RAYCLUSTER_CRD)
+        plane.install_crds(*kuberay_crd_files())
         plane.kubectl_run("apply", "-n", "ml", "-f", "-", stdin=EXPERIMENT)
         started = time.monotonic()
         wait_for(
