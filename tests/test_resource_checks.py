@@ -1,17 +1,23 @@
 """What an algorithm asks for is checked at ``build()``: a GPU where none is found, or more
-env runners than the machine holds, is refused with what was asked, what exists and what to change."""
+env runners than the machine holds, is refused with what was asked, what exists and what to change;
+a default env-runner count (RLlib's, sized for a cluster) that the machine cannot hold is lowered
+to what it holds, in one logged line."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from rltrainer.algorithms.ppo import PPOConfig
-from rltrainer.algorithms.resource_checks import ACTORS_PER_CORE, check_cpus
+from rltrainer.algorithms.registry import get_algorithm_class
+from rltrainer.algorithms.resource_checks import ACTORS_PER_CORE, check_cpus, fit_env_runners
 from rltrainer.errors import ConfigError, ResourceError
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
@@ -61,6 +67,81 @@ def test_more_env_runners_than_a_local_instance_holds_are_refused_before_ray_sta
     assert f"need {too_many} CPUs" in message and f"has {ACTORS_PER_CORE * cores}" in message
     assert "lower num_env_runners or num_cpus_per_env_runner" in message
     check_cpus(config.env_runners(num_env_runners=ACTORS_PER_CORE * cores))  # what fits passes
+
+
+@pytest.mark.parametrize("algorithm", ["ES", "APEX", "APEX_DDPG"])
+def test_a_default_runner_count_the_machine_cannot_hold_is_lowered_in_one_line(
+    algorithm: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    config = get_algorithm_class(algorithm).config_class().environment("CartPole-v1")
+    default = config.num_env_runners  # ES's 10, Ape-X's 32
+    with caplog.at_level(logging.WARNING, logger="rltrainer.algorithms.resource_checks"):
+        fit_env_runners(config)
+    assert config.num_env_runners == 2 * ACTORS_PER_CORE
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert message.startswith(
+        f"num_env_runners lowered from {default} ({algorithm}'s default) to 4: the local Ray instance "
+        "rltrainer starts has 4 CPUs (2 cores, 2 actors per core)"
+    )
+    assert "(RAY_ADDRESS, --ray-address)" in message and f"--ray-num-cpus {default}" in message
+    check_cpus(config)  # what is left fits
+
+
+def test_a_runner_count_the_user_set_is_never_lowered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    config = get_algorithm_class("ES").config_class().environment("CartPole-v1")
+    config.env_runners(num_env_runners=10)  # ES's default, given explicitly
+    fit_env_runners(config)
+    assert config.num_env_runners == 10
+    with pytest.raises(ResourceError, match="need 10 CPUs .* lower num_env_runners"):
+        check_cpus(config)
+    from_dict = get_algorithm_class("ES").config_class.from_dict({"num_workers": 10})  # a file's
+    fit_env_runners(from_dict)
+    assert from_dict.num_env_runners == 10
+
+
+def test_a_default_that_fits_and_other_requests_are_kept(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    a2c = get_algorithm_class("A2C").config_class().environment("CartPole-v1")  # 2 runners, 2 CPUs
+    fit_env_runners(a2c)
+    assert a2c.num_env_runners == 2 and not caplog.records
+    # Runners of 2 CPUs each beside a learner the user asked for: as many as the rest holds.
+    es = get_algorithm_class("ES").config_class().environment("CartPole-v1")
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    es.env_runners(num_cpus_per_env_runner=2).learners(num_learners=1)
+    fit_env_runners(es)
+    assert es.num_env_runners == 3  # (8 - 1 learner CPU) // 2
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+#: What sizes one iteration, made small (ES's samples 1000 episodes, Ape-X's lasts 30 s and 25k
+#: steps); the resources stay the defaults.
+SHORTER_ITERATION = {
+    "ES": {"episodes_per_batch": 20, "train_batch_size": 500},
+    "APEX_DDPG": {"min_time_s_per_iteration": 0, "min_sample_timesteps_per_iteration": 1000},
+}
+
+
+@pytest.mark.parametrize(("algorithm", "env"), [("ES", "CartPole-v1"), ("APEX_DDPG", "Pendulum-v1")])
+def test_the_documents_commands_train_with_their_defaults(algorithm: str, env: str, tmp_path: Path) -> None:
+    """``rltrainer train --run ALGO --env ENV``, as RLlib's documents write it, trains one iteration
+    on this machine: a default runner count it cannot hold is lowered, saying so."""
+    shorter = ["--config", json.dumps(SHORTER_ITERATION[algorithm])]
+    done = subprocess.run(
+        [sys.executable, "-m", "rltrainer", "train", "--run", algorithm, "--env", env, *shorter,
+         "--stop", '{"training_iteration": 1}', "--local-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stopped: training_iteration reached 1" in done.stdout
+    default = get_algorithm_class(algorithm).config_class().num_env_runners
+    if default > ACTORS_PER_CORE * (os.cpu_count() or 1):
+        assert f"num_env_runners lowered from {default} ({algorithm}'s default)" in done.stderr
 
 
 def test_build_refuses_them_without_waiting() -> None:

@@ -6,15 +6,22 @@ with no GPU found is refused (``_fake_gpus: true`` lays a GPU config out on the 
 it); when rltrainer starts the Ray instance itself it knows the machine's cores and refuses
 actors that cannot fit, and on an existing cluster the placement group's timeout
 (``placement_timeout_s``) ends the wait with the same account of what was asked.
+
+Only what the user asked for is refused. An algorithm's default env-runner count is RLlib's,
+sized for a cluster (Ape-X's 32, ES's 10): on a machine rltrainer starts Ray on, a default that
+does not fit is lowered to what fits, with one logged line saying so and how to keep it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
-from rltrainer.core.cluster import Placement, actor_bundles, init_ray, needs_ray, reserve
+from rltrainer.core.cluster import Placement, actor_bundles, env_runner_bundle, init_ray, needs_ray, reserve
 from rltrainer.errors import ConfigError, ResourceError
+
+logger = logging.getLogger(__name__)
 
 #: Logical CPUs per core of a local Ray instance rltrainer starts (``init_ray``): env runners
 #: mostly wait on each other and the learner, so two share a core well (as RLlib's examples do).
@@ -102,11 +109,43 @@ def what_to_lower(config: Any) -> str:
     return f"lower {' or '.join(names)}"
 
 
+def local_cpus() -> tuple[int, int]:
+    """``(cores, CPUs)`` of a local Ray instance rltrainer starts (``ACTORS_PER_CORE`` per core)."""
+    cores = os.cpu_count() or 1
+    return cores, ACTORS_PER_CORE * cores
+
+
+def fit_env_runners(config: Any) -> None:
+    """For a Ray instance rltrainer starts: lower a default ``num_env_runners`` whose actors the
+    machine cannot hold to as many as it can, in one logged line. A count the user set
+    (``config.model_fields_set``) is kept, for ``check_cpus`` to refuse if it does not fit."""
+    if "num_env_runners" in config.model_fields_set:
+        return
+    cores, available = local_cpus()
+    needed, _ = cpus_asked(config)
+    per_runner = env_runner_bundle(config).get("CPU", 0.0)
+    if needed <= available or per_runner <= 0:
+        return
+    default = config.num_env_runners
+    others = needed - default * per_runner  # learners and evaluation runners
+    fitted = min(default, max(0, int((available - others) // per_runner)))
+    if fitted == default:
+        return
+    config.num_env_runners = fitted
+    algorithm = type(config).ALGORITHM or type(config).__name__
+    logger.warning(
+        "num_env_runners lowered from %d (%s's default) to %d: the local Ray instance rltrainer starts "
+        "has %d CPUs (%d cores, %d actors per core). For %d env runners, connect to a cluster "
+        "(RAY_ADDRESS, --ray-address) or start Ray with the CPUs (--ray-num-cpus %g, "
+        "ray.init(num_cpus=%g)); a num_env_runners you set is never lowered",
+        default, algorithm, fitted, available, cores, ACTORS_PER_CORE, default, needed, needed,
+    )  # fmt: skip
+
+
 def check_cpus(config: Any) -> None:
     """For a Ray instance rltrainer starts: ``ResourceError`` when the actors ask for more CPUs
     than the machine holds (``ACTORS_PER_CORE`` per core)."""
-    cores = os.cpu_count() or 1
-    available = ACTORS_PER_CORE * cores
+    cores, available = local_cpus()
     needed, how = cpus_asked(config)
     if needed <= available:
         return
@@ -124,9 +163,12 @@ def placement_failed(err: ResourceError, config: Any) -> ResourceError:
 
 
 def connect_and_reserve(config: Any, in_trial: bool = False) -> Placement | None:
-    """Check the GPUs and CPUs asked for, connect to Ray (only when actors are needed) and
-    reserve the actors' placement group; None when nothing is reserved."""
+    """Fit default env runners to a machine rltrainer starts Ray on, check the GPUs and CPUs asked
+    for, connect to Ray (only when actors are needed) and reserve the actors' placement group;
+    None when nothing is reserved."""
     own_ray = starts_own_ray()
+    if own_ray:
+        fit_env_runners(config)
     if not needs_ray(config) or own_ray:  # what exists is this machine's
         check_gpus(config, on_cluster=False)
     if not needs_ray(config):
