@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import html
 import http.server
 import json
 import os
@@ -87,6 +88,30 @@ def test_the_site_builds_with_every_page(site: Path) -> None:
     assert 'id="rltrainer.algorithms.AlgorithmConfig.training"' in api
     migration = (site / "migrating" / "index.html").read_text()
     assert "num_rollout_workers" in migration and "PPOTrainer" in migration
+
+
+def test_the_reference_shows_cel_rules_as_written(site: Path) -> None:
+    """A CEL rule is a code span in a table cell: its ``||`` shows as ``||``, not as the ``\\|``
+    that escapes a pipe outside code spans."""
+    from rltrainer_operator.crd import build_schema
+
+    reference = (site / "platform" / "rlexperiment" / "index.html").read_text()
+    codes = [html.unescape(code) for code in re.findall(r"<code>(.*?)</code>", reference, flags=re.DOTALL)]
+    rules = [rule["rule"] for rule in _cel_rules(build_schema())]
+    assert any("||" in rule for rule in rules)
+    for rule in rules:
+        assert rule in codes, f"the reference does not show the CEL rule {rule!r} as written"
+    assert not [code for code in codes if "\\|" in code]
+
+
+def _cel_rules(node: Any) -> list[dict[str, Any]]:
+    """Every ``x-kubernetes-validations`` rule under a schema node."""
+    if isinstance(node, dict):
+        own = node.get("x-kubernetes-validations", [])
+        return [*own, *(rule for value in node.values() for rule in _cel_rules(value))]
+    if isinstance(node, list):
+        return [rule for value in node for rule in _cel_rules(value)]
+    return []
 
 
 def test_the_site_loads_nothing_from_outside(site: Path) -> None:

@@ -9,6 +9,7 @@ and the docstring written under it; a field cannot be added without appearing.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rltrainer_operator.crd import build_schema
@@ -67,20 +68,24 @@ def _rules(node: dict[str, Any]) -> list[str]:
     return rules
 
 
+#: A Markdown code span (`...`) of one line.
+_CODE_SPAN = re.compile(r"(`[^`\n]*`)")
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` as one table cell: one line, its pipes escaped outside code spans. Inside one they
+    stay as written (a CEL rule's ``||``): the table splits cells outside code spans only, and a
+    backslash in a code span would show."""
+    parts = _CODE_SPAN.split(text.replace("\n", " "))
+    return "".join(part if index % 2 else part.replace("|", "\\|") for index, part in enumerate(parts))
 
 
 def _table(path: str, node: dict[str, Any]) -> list[str]:
     required = set(node.get("required", []))
-    lines = [
-        f"### {path} {{#{_anchor(path)}}}",
-        "",
-        _cell(node.get("description", "")),
-        "",
-        "| field | type | default | validation | description |",
-        "|---|---|---|---|---|",
-    ]
+    lines = [f"### {path} {{#{_anchor(path)}}}", "", _cell(node.get("description", "")), ""]
+    if path.endswith(("[]", ".*")) and (rules := _rules(node)):  # a field's own are in its row
+        lines += [f"Validation of each item: {_cell('; '.join(rules))}", ""]
+    lines += ["| field | type | default | validation | description |", "|---|---|---|---|---|"]
     for name, child in node["properties"].items():
         default = f"`{json.dumps(child['default'])}`" if "default" in child else ""
         rules = _rules(child)
