@@ -34,7 +34,7 @@ from rltrainer_operator.kube import USER_AGENT
 from rltrainer_operator.settings import Settings
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from rltrainer_operator.testing.fakes import FakeKubeRay, FakeRayJobs
-from rltrainer_operator.testing.local_stack import RAYCLUSTER_CRD, RLX_CRD
+from rltrainer_operator.testing.local_stack import install_crds
 from rltrainer_operator.testing.runner import OperatorRunner
 
 NAMESPACE = "bench"
@@ -83,7 +83,7 @@ def main() -> None:
     with ControlPlane(assets) as plane:
         import kubernetes
 
-        plane.install_crds(RAYCLUSTER_CRD, RLX_CRD)
+        install_crds(plane)
         plane.kubectl_run("create", "namespace", NAMESPACE)
         api_client = kubernetes.config.new_client_from_config(config_file=str(plane.kubeconfig))
         client = kubernetes.client.CustomObjectsApi(api_client)

@@ -4,8 +4,8 @@
     python -m bench.platform --modes pods --iterations 60
 
 For each mode, a ``LocalStack`` (a real control plane and moto's S3; ``pods``: two real nodes with
-``PodKubeRay`` running the trainer image, S3 on the pod network's gateway; ``processes``:
-``LocalKubeRay``'s local Ray processes) and the real operator (kopf, 1 s poll), then ``kubectl
+KubeRay's own operator making the Pods from the trainer image, S3 on the pod network's gateway;
+``processes``: the ``LocalKubeRay`` stand-in's local Ray processes) and the real operator (kopf, 1 s poll), then ``kubectl
 apply`` of PPO on CartPole-v1 with tuned_examples/ppo_cartpole.yaml's recipe, 1 learner and 2
 rollout workers of half a CPU each (so the pods fit two 2-CPU nodes; the learner on the GPU node by
 its selector and toleration, with ``_fake_gpus``). Figures:

@@ -2,9 +2,10 @@
 
 ``control_plane``: a real Kubernetes control plane (``rltrainer_operator.testing.envtest``:
 etcd, kube-apiserver, kube-controller-manager on 127.0.0.1), started once per session with our
-RLExperiment CRD and KubeRay's RayCluster CRD installed the way users install them
-(``kubectl apply --server-side``). Tests that use it skip, saying how to get the binaries, when
-there are none (``KUBEBUILDER_ASSETS`` unset and no ``../shared/envtest``).
+RLExperiment CRD and KubeRay's CRDs (those of the KubeRay module ``parts.toml`` pins, from Go's
+module cache) installed the way users install them (``kubectl apply --server-side``). Tests that
+use it skip, saying how to get the binaries, when there are none (``KUBEBUILDER_ASSETS`` unset and
+no ``../shared/envtest``) or KubeRay's module cannot be had (no ``go``).
 """
 
 import os
@@ -24,8 +25,6 @@ os.environ.setdefault("RLTRAINER_OPERATOR_RAY_TOKEN_KEY", "test-ray-token-key")
 
 ROOT = Path(__file__).resolve().parents[1]
 RLX_CRD = ROOT / "crds" / "rltrainer.io_rlexperiments.yaml"
-#: KubeRay v1.7.0's RayCluster CRD, as KubeRay publishes it.
-RAYCLUSTER_CRD = ROOT / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayclusters.yaml"
 
 
 #: The files that take longest (measured under ``make test``), longest first, collected in this
@@ -35,7 +34,7 @@ RAYCLUSTER_CRD = ROOT / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayc
 LONG_FIRST = (
     "test_images_on_node.py",
     "test_operator_in_pod.py",
-    "test_kuberay_pods.py",
+    "test_kuberay_on_pods.py",
     "test_platform_on_pods.py",
     "test_journey.py",
     "test_docs.py",
@@ -109,9 +108,20 @@ def control_plane():
     assets = find_assets()
     if assets is None:
         pytest.skip(MISSING_ASSETS)
+    crds = kuberay_crd_files()
     with ControlPlane(assets) as plane:
-        plane.install_crds(RAYCLUSTER_CRD, RLX_CRD)
+        plane.install_crds(*crds, RLX_CRD)
         yield plane
+
+
+def kuberay_crd_files() -> list[Path]:
+    """KubeRay's own CRDs (its pinned module's); the calling test skips, saying why, without them."""
+    from rltrainer_operator.testing import kuberay, parts
+
+    try:
+        return kuberay.crd_files()
+    except parts.PartError as err:
+        pytest.skip(f"KubeRay's CRDs: {err}")
 
 
 @pytest.fixture(scope="session")

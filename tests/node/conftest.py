@@ -1,7 +1,12 @@
-"""A real node for the control plane, and the project's images on it.
+"""A real cluster for the Pod tests: a control plane of their own, real nodes with cluster DNS,
+KubeRay's own operator, and the project's images on the nodes.
 
-``node``: the kubelet, containerd and the scheduler (``rltrainer_operator.testing.node``) joined to
-the session's ``control_plane``; its containerd keeps its images in ``~/.cache/rltrainer-node`` so
+``control_plane``: for ``tests/node`` a control plane of its own (not the session's shared one,
+where the API-level tests run the KubeRay stand-in: two KubeRays must never reconcile one
+RayCluster), with KubeRay's CRDs from its pinned module. ``kuberay_operator``: KubeRay's operator
+(built from its Go module, ``make kuberay``) watching every namespace of it, for the whole run.
+``node``: the kubelet, containerd, the scheduler and CoreDNS (``rltrainer_operator.testing.node``)
+joined to it; its containerd keeps its images in ``~/.cache/rltrainer-node`` so
 that an image imported once stays imported. ``gpu_node``: a second kubelet on the same pod network
 (``local_stack.two_nodes``' GPU node: one ``nvidia.com/gpu`` advertised, tainted for it), started
 only by the tests that need two nodes. ``images``: ``make images`` (podman, the local Debian
@@ -22,8 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from rltrainer_operator.testing import local_stack
+from rltrainer_operator.testing import local_stack, parts
+from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
+from rltrainer_operator.testing.kuberay import KubeRayOperator
 from rltrainer_operator.testing.node import Node, find_node_assets, import_images, missing_node_requirements
+from tests.conftest import RLX_CRD, kuberay_crd_files
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_STORE = Path.home() / ".cache" / "rltrainer-node" / "containerd"
@@ -52,12 +60,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT_S))
 
 
+def built_part(name: str) -> Path:
+    """A real component's binary (``make parts`` builds them; ``make test`` does when missing)."""
+    found = parts.find(name)
+    if found is None:
+        pytest.skip(f"{name} is not built: `make {name}` (Go and the module proxy)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def control_plane():
+    assets = find_assets()
+    if assets is None:
+        pytest.skip(MISSING_ASSETS)
+    crds = kuberay_crd_files()
+    with ControlPlane(assets) as plane:
+        plane.install_crds(*crds, RLX_CRD)
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def kuberay_operator(control_plane):
+    """KubeRay's own operator for the Pod tests' control plane (every namespace)."""
+    with KubeRayOperator(control_plane, built_part("kuberay")) as started:
+        yield started
+
+
 @pytest.fixture(scope="session")
 def node(control_plane):
     missing = missing_node_requirements()
     if missing:
         pytest.skip(missing)
-    with Node(control_plane, find_node_assets(), image_store=IMAGE_STORE) as started:
+    coredns = built_part("coredns")
+    with Node(control_plane, find_node_assets(), image_store=IMAGE_STORE, cluster_dns=coredns) as started:
         print(f"node {started.name} Ready in {started.start_seconds:.1f} s")
         yield started
 

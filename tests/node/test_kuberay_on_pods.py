@@ -1,36 +1,35 @@
-"""KubeRay played with real Pods: a RayCluster the operator builds becomes a head Pod and worker
-Pods on the node, Ray starts in them from the trainer image with KubeRay's command, the workers
-join the head, and the job API the operator uses answers on the head Pod."""
+"""Real KubeRay on real Pods: a RayCluster the operator builds becomes a head Pod and worker Pods
+on the node (KubeRay's own operator makes them), Ray starts in them from the trainer image with
+KubeRay's command, the workers find the head by its Service's DNS name and join it, and the job
+API the operator uses answers on the head Pod."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
-import kubernetes
 import pytest
 
 from rltrainer_operator.builders.ray_token import build_token_secret, ray_token
 from rltrainer_operator.builders.raycluster import build_raycluster
 from rltrainer_operator.ray_jobs import RayAuthError, RayJobClient
 from rltrainer_operator.settings import Settings
-from rltrainer_operator.testing.kuberay_pods import PodKubeRay
 from rltrainer_operator.validation import validate_experiment
 from tests.e2e.helpers import wait_for
 from tests.node.helpers import apply, describe, get
 
-NAMESPACE = "kuberay-pods"
+NAMESPACE = "kuberay-on-pods"
 TOKEN_KEY = "kuberay-pods-test-key"
 
 
 @pytest.fixture(scope="module")
-def kuberay(control_plane):
+def kuberay(control_plane, kuberay_operator):
     control_plane.kubectl_run("create", "namespace", NAMESPACE, check=False)
-    client = kubernetes.config.new_client_from_config(str(control_plane.kubeconfig))
-    with PodKubeRay(client, [NAMESPACE]) as controller:
-        yield controller
+    yield kuberay_operator
     control_plane.kubectl_run(
         "delete", "rayclusters", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=60s", check=False
     )
@@ -52,6 +51,26 @@ def experiment(name: str, image: str) -> dict:
             "rollouts": {"replicas": 1, "cpusPerRunner": 1, "memory": "1200Mi"},
         },
     }
+
+
+#: Where ``RLTRAINER_RECORD_KUBERAY=1`` writes what real KubeRay made (tests/operator reads it:
+#: the process stand-in's status and pod_problems are checked against it).
+RECORDED = Path(__file__).resolve().parents[1] / "operator" / "data" / "kuberay_recorded"
+
+
+def record_what_kuberay_made(plane, cluster: dict, pods: list[dict]) -> None:
+    """The ready RayCluster, its Pods and head Service as KubeRay made them, when asked to."""
+    if not os.environ.get("RLTRAINER_RECORD_KUBERAY"):
+        return
+    RECORDED.mkdir(exist_ok=True)
+    name = cluster["metadata"]["name"]
+    (service,) = get(plane, "services", "-n", NAMESPACE, "-l", f"ray.io/cluster={name}")["items"]
+    objects = {"raycluster": cluster, "head-service": service}
+    for pod in pods:
+        objects[f"{pod['metadata']['labels']['ray.io/node-type']}-pod"] = pod
+    for kind, obj in objects.items():
+        obj["metadata"].pop("managedFields", None)
+        (RECORDED / f"{kind}.json").write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
 @pytest.mark.usefixtures("kuberay")
@@ -91,6 +110,7 @@ def test_a_rayclusters_pods_run_ray_and_answer_the_job_api(control_plane, images
     )
     print(f"RayCluster ready on real Pods in {time.monotonic() - started:.0f} s")
     pods = get(control_plane, "pods", "-n", NAMESPACE, "-l", f"ray.io/cluster={name}")["items"]
+    record_what_kuberay_made(control_plane, found, pods)
     groups = sorted(p["metadata"]["labels"]["ray.io/group"] for p in pods)
     assert groups == ["headgroup", "rollouts"], groups
     head = next(p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "head")

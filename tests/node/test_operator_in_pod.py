@@ -255,40 +255,7 @@ def test_a_memory_limit_too_small_shows_as_oomkilled(control_plane) -> None:
         delete(control_plane, *objects)
 
 
-def kuberay_head_pod(raycluster: dict[str, Any]) -> dict[str, Any]:
-    """The head Pod KubeRay makes from a RayCluster's head template (its labels and controller
-    owner reference; KubeRay's own operator cannot run here), for the kubelet to try to start."""
-    meta, template = raycluster["metadata"], raycluster["spec"]["headGroupSpec"]["template"]
-    labels = {
-        **template["metadata"].get("labels", {}),
-        "ray.io/cluster": meta["name"],
-        "ray.io/node-type": "head",
-        "ray.io/group": "headgroup",
-        "ray.io/is-ray-node": "yes",
-        "app.kubernetes.io/created-by": "kuberay-operator",
-    }
-    owner = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{meta['name']}-head-x",
-            "namespace": meta["namespace"],
-            "labels": labels,
-            "ownerReferences": [owner],
-        },
-        "spec": {**template["spec"], "restartPolicy": "Always"},
-    }
-
-
-@pytest.mark.usefixtures("operator_release")
+@pytest.mark.usefixtures("operator_release", "kuberay_operator")
 def test_an_experiment_image_missing_from_the_node_becomes_its_condition(control_plane) -> None:
     missing = "ghcr.io/rltrainer/trainer:no-such-tag"
     experiment = {
@@ -302,7 +269,7 @@ def test_an_experiment_image_missing_from_the_node_becomes_its_condition(control
         },
     }
     apply(control_plane, experiment)
-    cluster = wait_for(
+    wait_for(
         "the experiment's RayCluster",
         lambda: next(
             iter(
@@ -319,7 +286,6 @@ def test_an_experiment_image_missing_from_the_node_becomes_its_condition(control
         ),
         60,
     )
-    apply(control_plane, kuberay_head_pod(cluster))
 
     def condition() -> dict[str, Any] | None:
         status = (get(control_plane, "rlexperiment", "ppo-missing-image", "-n", WATCHED) or {}).get(

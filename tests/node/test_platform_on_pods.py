@@ -1,19 +1,23 @@
-"""The platform on real Pods: the operator, ``PodKubeRay``, two real nodes and S3 on the pod network.
+"""The platform on real Pods: the operator, KubeRay's own operator, two real nodes with cluster
+DNS, and S3 on the pod network.
 
 The journeys of ``tests/e2e/test_journey.py`` run here on a CPU node and a GPU node (``gpu_node``:
-one ``nvidia.com/gpu`` advertised, tainted for it): the operator's RayClusters become Pods from the
-trainer image, the real scheduler places them by the spec's requests, node selector and
-tolerations, the kubelets run and restart them, and moto's S3 listens on the pod network's gateway.
-``make test`` runs the journey shortened and the bad-input cases; ``make e2e`` the journey in full,
-suspend/resume and a sweep.
+one ``nvidia.com/gpu`` advertised, tainted for it): the operator's RayClusters become Pods, made by
+real KubeRay (its command, probes, ``wait-gcs-ready`` init container and headless head Service;
+the workers find the head by its DNS name), from the trainer image; the real scheduler places
+them by the spec's requests, node selector and tolerations, the kubelets run and restart them,
+and moto's S3 listens on the pod network's gateway. ``make test`` runs the journey shortened and
+the bad-input cases; ``make e2e`` the journey in full, suspend/resume and a sweep.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.testing.local_stack import GPU_NODE, GPU_NODE_LABELS, LocalStack
@@ -35,6 +39,7 @@ POD_JOURNEY_TRAINING = {
 #: The shortened one (``make test``): the head is lost around iteration 15-30, resumed, trained on.
 SHORT_POD_JOURNEY_ITERATIONS = 45
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def on_pods(image: str):
@@ -88,8 +93,13 @@ def full_e2e(request) -> bool:
 
 
 @pytest.fixture
-def pod_platform(monkeypatch, control_plane, node, gpu_node, gpu_images):
-    stack = LocalStack(s3_bucket=journeys.BUCKET, plane=control_plane, nodes=[node, gpu_node])
+def pod_platform(monkeypatch, control_plane, node, gpu_node, gpu_images, kuberay_operator):
+    stack = LocalStack(
+        s3_bucket=journeys.BUCKET,
+        plane=control_plane,
+        nodes=[node, gpu_node],
+        kuberay_operator=kuberay_operator,
+    )
     with journeys.running_platform(monkeypatch, stack, on_pods(gpu_images.trainer)) as platform:
         yield platform
 
@@ -150,7 +160,8 @@ def test_bad_input_on_real_pods_is_named(pod_platform):
       taking ~23% and needing 75 MB, but not torch's learner): Ray kills the learner for memory,
       the experiment restarts with OOMKilled naming the learners group and the limit;
     - an env id the operator cannot check (it has no env registry) fails inside the trainer image:
-      Failed with the driver's last error line."""
+      Failed with the driver's last error line (the experiment's name has a dot: KubeRay runs its
+      cluster under the mapped name)."""
     platform = pod_platform
     ns = "bad-input"
     platform.credentials_secret(ns)
@@ -164,14 +175,17 @@ def test_bad_input_on_real_pods_is_named(pod_platform):
     platform.apply("tiny", ns, base)
     platform.adapt = adapt
     typo = {**base, "env": "NoSuchEnv-v0", "faultTolerance": {"backoffLimit": 0}, "learners": {"replicas": 0}}
-    platform.apply("typo", ns, typo)
+    # A dotted name (valid for an RLExperiment, not for KubeRay): its cluster runs under the
+    # mapped name, far enough for the driver to fail in it.
+    platform.apply("env.typo", ns, typo)
 
     failed = wait_for(
         "the experiment with a typo Failed",
-        lambda: (s := platform.status("typo", ns)).get("phase") == "Failed" and s,
+        lambda: (s := platform.status("env.typo", ns)).get("phase") == "Failed" and s,
         300,
     )
     assert "unknown env 'NoSuchEnv-v0'" in failed["message"], failed
+    assert failed["rayClusterName"].startswith("rlx-env-typo-"), failed
     greedy = platform.wait("the learner Unschedulable", "greedy", ns, lambda s: said(s, "Unschedulable"), 120)
     assert greedy["phase"] == "Provisioning"
     assert "group learners" in greedy["message"] and "nvidia.com/gpu" in greedy["message"], greedy
@@ -198,3 +212,61 @@ def test_a_sweep_survives_the_head_on_real_pods(pod_platform, request):
     tolerant = {"rollouts": {"tolerations": [GPU_TOLERATION]}}
     pod_platform.adapt = lambda spec: journeys.merged(adapt(spec), tolerant)
     journeys.test_a_sweep_survives_the_head_and_resumes(pod_platform)
+
+
+#: What each example in examples/ does on these two 2-CPU nodes (the CPU node untainted, the GPU
+#: node tainted for GPU work): the suspended one stays Suspended with no Pod; every other asks
+#: for more than the nodes have, or for the GPU image this machine does not build, and says so.
+EXAMPLE_OUTCOMES = {
+    "ppo-suspended.yaml": ("Suspended", None),
+    "ppo-cartpole-cpu.yaml": ("Provisioning", "Unschedulable"),
+    "ppo-two-cartpoles.yaml": ("Provisioning", "Unschedulable"),
+    "ppo-cartpole-sweep.yaml": ("Provisioning", "Unschedulable"),
+    "ppo-gpu-learner.yaml": ("Provisioning", "Unschedulable"),
+    "appo-gpu-learner.yaml": ("Provisioning", "Unschedulable"),
+}
+
+
+def test_every_example_applied_on_real_pods_runs_or_says_why_not(pod_platform, request):
+    """``kubectl apply`` of each file in examples/ as a user would (S3 and the CPU image being
+    this machine's): KubeRay makes its Pods, and the experiment either reaches its phase or names
+    what these nodes lack, never a silent Provisioning."""
+    e2e_only(request)
+    platform = pod_platform
+    ns = "rl-examples"
+    platform.credentials_secret(ns)
+    adapt = platform.adapt
+    platform.adapt = lambda spec: journeys.merged(
+        spec,
+        {
+            "image": adapt({})["image"],
+            "imagePullPolicy": "Never",
+            "storage": {**journeys.storage(platform.stack), "credentialsSecretRef": {"name": "s3-creds"}},
+        },
+    )
+    examples = sorted((ROOT / "examples").glob("*.yaml"))
+    applied = {}
+    for path in examples:
+        if path.name not in EXAMPLE_OUTCOMES:
+            assert path.name in ("kustomization.yaml", "ppo-cartpole-resume.yaml"), f"{path.name}: no outcome"
+            continue  # the kustomization lists the others; the resume file re-applies ppo-cartpole
+        (body,) = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+        platform.apply(body["metadata"]["name"], ns, body["spec"])
+        applied[body["metadata"]["name"]] = EXAMPLE_OUTCOMES[path.name]
+    for name, (phase, reason) in applied.items():
+        status = platform.wait(
+            f"{phase}{f' ({reason})' if reason else ''}",
+            name,
+            ns,
+            lambda s, phase=phase, reason=reason: (
+                s.get("phase") == phase and (reason is None or said(s, reason))
+            ),
+            240,
+        )
+        if reason == "Unschedulable":
+            assert "Insufficient" in status["message"] or "untolerated taint" in status["message"], status
+        if phase == "Suspended":
+            assert not platform.kuberay.processes(ns, raycluster_name(name))
+    platform.stack.plane.kubectl_run(
+        "delete", "rlexperiments", "--all", "-n", ns, "--wait=true", "--timeout=120s"
+    )

@@ -34,6 +34,7 @@ from rltrainer_operator.models import (
 )
 from rltrainer_operator.testing.envtest import ControlPlane
 from rltrainer_operator.validation import validate_experiment
+from tests.conftest import kuberay_crd_files
 
 try:
     from .test_crd import openapi_schema, walk  # tests/operator is a package
@@ -42,11 +43,7 @@ except ImportError:
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
-CRDS, CHART_CRDS, KUBERAY_CRDS = (
-    ROOT / "crds",
-    ROOT / "charts" / "rltrainer-operator" / "crds",
-    DATA / "kuberay",
-)
+CRDS, CHART_CRDS = ROOT / "crds", ROOT / "charts" / "rltrainer-operator" / "crds"
 DELETE = object()
 
 
@@ -164,9 +161,8 @@ def test_the_crds_install_server_side_from_crds_and_from_the_chart(control_plane
     try:
         chart = control_plane.kubectl_run("apply", "--server-side", "-f", str(CHART_CRDS), check=False)
     finally:  # the session's other tests run with crds/'s copy
-        ours = control_plane.kubectl_run(
-            "apply", "--server-side", "-f", str(CRDS), "-f", str(KUBERAY_CRDS), check=False
-        )
+        kuberay = [arg for path in kuberay_crd_files() for arg in ("-f", str(path))]
+        ours = control_plane.kubectl_run("apply", "--server-side", "-f", str(CRDS), *kuberay, check=False)
     for done in (chart, ours):
         assert done.returncode == 0, done.stderr
         assert "serverside-applied" in done.stdout

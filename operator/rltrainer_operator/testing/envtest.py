@@ -301,10 +301,12 @@ class ControlPlane:
                 # The garbage collector and the namespace controller are what tests need (and
                 # service accounts, for tokens); with a node (testing.node), Deployments run
                 # (the chart's operator) and Pods mount their service-account token with the
-                # cluster's CA (kube-root-ca.crt), and a Ready node loses its not-ready taint. A quick
-                # resync keeps deletions prompt.
+                # cluster's CA (kube-root-ca.crt), a Ready node loses its not-ready taint, and
+                # Services get their EndpointSlices (what cluster DNS answers for a headless
+                # Service, such as KubeRay's head Service). A quick resync keeps deletions prompt.
                 "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
-                "deployment,replicaset,root-ca-cert-publisher,nodelifecycle",
+                "deployment,replicaset,root-ca-cert-publisher,nodelifecycle,endpoint,endpointslice,"
+                "endpointslicemirroring",
                 "--namespace-sync-period=10s",
                 "--v=0",
             ],

@@ -4,7 +4,7 @@
   in memory whose state the caller sets (``set``), with every submission and stop recorded;
   with a ``token`` it checks ``Authorization: Bearer`` as Ray's token authentication does
   (401 without one, 403 with a wrong one).
-- ``FakeKubeRay``: writes RayCluster status the way KubeRay v1.7 does (conditions, head service,
+- ``FakeKubeRay``: writes RayCluster status the way KubeRay v1.6 does (conditions, head service,
   dashboard endpoint); ``FakeKubeRay.run_in_background()`` marks every new cluster ready.
 
 The end-to-end tests use real Ray instead (``local_kuberay``); these keep the state-machine
@@ -136,7 +136,7 @@ class FakeRayJobs:
 
 
 class FakeKubeRay:
-    """Writes RayCluster status like KubeRay v1.7 (conditions, head service, endpoints)."""
+    """Writes RayCluster status like KubeRay v1.6 (conditions, head service, endpoints)."""
 
     def __init__(self, client: Any, dashboard_port: int) -> None:
         self.client = client

@@ -1,17 +1,19 @@
-"""The whole platform on one machine: a real Kubernetes control plane, a KubeRay stand-in and S3 (moto).
+"""The whole platform on one machine: a real Kubernetes control plane, KubeRay and S3 (moto).
 
 ``LocalStack`` starts, on 127.0.0.1, a real control plane (``envtest.ControlPlane``: etcd,
-kube-apiserver, kube-controller-manager) with the RLExperiment CRD and KubeRay's RayCluster CRD
-installed as users install them (``kubectl apply --server-side``), a KubeRay stand-in against it,
-and optionally moto's S3 server with a bucket. It writes an admin kubeconfig, so the operator
-(``kopf run ... -m rltrainer_operator``), ``kubectl`` and any Kubernetes client connect as to a
-cluster. Two ways to run Ray's "pods":
+kube-apiserver, kube-controller-manager) with the RLExperiment CRD and KubeRay's CRDs (those of
+the KubeRay module ``parts.toml`` pins) installed as users install them (``kubectl apply
+--server-side``), KubeRay against it, and optionally moto's S3 server with a bucket. It writes an
+admin kubeconfig, so the operator (``kopf run ... -m rltrainer_operator``), ``kubectl`` and any
+Kubernetes client connect as to a cluster. Two ways to run Ray's "pods":
 
-- processes (default): ``LocalKubeRay`` starts ``ray start`` processes on this machine;
-- real Pods (``nodes``): two real nodes (``testing.node``: a CPU node, and a GPU node that
-  advertises one ``nvidia.com/gpu`` and is tainted for it), ``PodKubeRay`` creating the Pods from
-  the RayClusters' templates, the kubelets running them from the trainer image. S3 then listens on
-  the nodes' pod-network gateway, an address of this machine that Pods reach.
+- real Pods (``nodes``, or ``up --node``): two real nodes (``testing.node``: a CPU node, and a GPU
+  node that advertises one ``nvidia.com/gpu`` and is tainted for it) with cluster DNS (CoreDNS),
+  and **KubeRay's own operator** (``testing.kuberay``, built from its Go module) creating the Pods
+  and Services; the kubelets run them from the trainer image. S3 then listens on the nodes'
+  pod-network gateway, an address of this machine that Pods reach.
+- processes (no root, no node): ``LocalKubeRay``, a stand-in for KubeRay that starts ``ray start``
+  processes on this machine (its docstring says what it plays and how it differs).
 
 The command line runs it until interrupted::
 
@@ -19,7 +21,8 @@ The command line runs it until interrupted::
         --s3-bucket rl-checkpoints --env-file /tmp/rlx/env [--node]
 
 The env file holds ``KUBECONFIG``, ``PATH`` with the control plane's ``kubectl`` first, and the
-S3 endpoint and (fake) credentials, to ``source``. ``kill`` crashes a local "pod" (processes).
+S3 endpoint and (fake) credentials, to ``source``. ``kill`` crashes a Ray pod (a container on a
+node, or a local process group).
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ from typing import Any
 
 import kubernetes
 
+from rltrainer_operator.testing import kuberay as real_kuberay
+from rltrainer_operator.testing import parts
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
-from rltrainer_operator.testing.kuberay_pods import PodKubeRay
+from rltrainer_operator.testing.kuberay import KubeRayOperator
 from rltrainer_operator.testing.local_kuberay import LocalKubeRay
+from rltrainer_operator.testing.ray_pods import RayPods
 
 REPO = Path(__file__).resolve().parents[3]
 RLX_CRD = REPO / "crds" / "rltrainer.io_rlexperiments.yaml"
-RAYCLUSTER_CRD = REPO / "tests" / "operator" / "data" / "kuberay" / "ray.io_rayclusters.yaml"
 #: moto accepts any credentials; these are obviously fake.
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "AKIALOCALSTACK000000",
@@ -69,10 +74,17 @@ def _free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def install_crds(plane: ControlPlane) -> None:
+    """KubeRay's CRDs (its module's own) and the RLExperiment CRD, as users install them."""
+    real_kuberay.install_crds(plane)
+    plane.install_crds(RLX_CRD)
+
+
 def two_nodes(plane: ControlPlane, image_store: Path | None = None) -> list[Any]:
-    """A CPU node (with the scheduler) and a GPU node (``GPU_NODE``: one ``nvidia.com/gpu``
-    advertised, GPU feature discovery's label, the GPU taint) on one pod network, started on
-    ``plane``. ``image_store``: a folder under which each node keeps its images between runs."""
+    """A CPU node (with the scheduler and the cluster's DNS) and a GPU node (``GPU_NODE``: one
+    ``nvidia.com/gpu`` advertised, GPU feature discovery's label, the GPU taint) on one pod
+    network, started on ``plane``. ``image_store``: a folder under which each node keeps its
+    images between runs."""
     from rltrainer_operator.testing.node import Node, find_node_assets, missing_node_requirements
 
     missing = missing_node_requirements()
@@ -82,7 +94,7 @@ def two_nodes(plane: ControlPlane, image_store: Path | None = None) -> list[Any]
     stores = (
         (None, None) if image_store is None else (image_store / "containerd", image_store / "containerd-gpu")
     )
-    cpu = Node(plane, assets, image_store=stores[0]).start()
+    cpu = Node(plane, assets, image_store=stores[0], cluster_dns=parts.build("coredns")).start()
     try:
         gpu = gpu_node(plane, assets, cpu, stores[1]).start()
     except BaseException:
@@ -111,17 +123,19 @@ def gpu_node(plane: ControlPlane, assets: Path, cpu: Any, image_store: Path | No
 
 
 class LocalStack:
-    """Control plane + a KubeRay stand-in (+ moto S3 when ``s3_bucket`` is given); a context manager.
+    """Control plane + KubeRay (+ moto S3 when ``s3_bucket`` is given); a context manager.
 
     Attributes once started: ``plane`` (the ``ControlPlane``: ``kubeconfig``, ``kubectl_run``),
-    ``api_client`` (an admin kubernetes ``ApiClient``), ``kuberay`` (``LocalKubeRay``, or
-    ``PodKubeRay`` on nodes), ``nodes``, ``s3_endpoint`` (or None).
+    ``api_client`` (an admin kubernetes ``ApiClient``), ``kuberay`` (on nodes ``RayPods``, the
+    test's hands on real KubeRay's Pods; else the ``LocalKubeRay`` stand-in), ``kuberay_operator``
+    (real KubeRay's process, on nodes), ``nodes``, ``s3_endpoint`` (or None).
 
-    ``plane``: a started control plane to use (with both CRDs installed) instead of a new one;
+    ``plane``: a started control plane to use (with the CRDs installed) instead of a new one;
     ``nodes``: started nodes of that plane to run Ray's Pods on (the first one's pod network is
     where S3 listens); ``start_nodes``: start two nodes here (``two_nodes``) and import the
     images (``images``, built by ``make images``; ``image_store``: where the nodes keep them between
-    runs). What the stack did not start, it does not stop.
+    runs); ``kuberay_operator``: a running ``KubeRayOperator`` of that plane (else, on nodes, one
+    is started here). What the stack did not start, it does not stop.
     ``kuberay_options`` go to ``LocalKubeRay``.
     """
 
@@ -134,6 +148,7 @@ class LocalStack:
         start_nodes: bool = False,
         images: list[str] | None = None,
         image_store: Path | None = None,
+        kuberay_operator: KubeRayOperator | None = None,
         **kuberay_options: Any,
     ) -> None:
         self.s3_bucket = s3_bucket
@@ -146,7 +161,9 @@ class LocalStack:
         self.images = list(images or [])
         self.image_store = image_store
         self.api_client: kubernetes.client.ApiClient | None = None
-        self.kuberay: LocalKubeRay | PodKubeRay | None = None
+        self.kuberay: LocalKubeRay | RayPods | None = None
+        self.kuberay_operator = kuberay_operator
+        self._own_kuberay_operator = kuberay_operator is None
         self.s3_endpoint: str | None = None
         self._moto: Any = None
 
@@ -161,7 +178,7 @@ class LocalStack:
                 if assets is None:
                     raise RuntimeError(MISSING_ASSETS)
                 self.plane = ControlPlane(assets).start()
-                self.plane.install_crds(RAYCLUSTER_CRD, RLX_CRD)
+                install_crds(self.plane)
             if self._start_nodes:
                 self._own_nodes = two_nodes(self.plane, self.image_store)
                 self.nodes = list(self._own_nodes)
@@ -173,7 +190,9 @@ class LocalStack:
                 self._start_s3(self.nodes[0].gateway if self.nodes else "127.0.0.1")
             self.api_client = kubernetes.config.new_client_from_config(config_file=str(self.plane.kubeconfig))
             if self.nodes:
-                self.kuberay = PodKubeRay(self.api_client, nodes=self.nodes).__enter__()
+                if self.kuberay_operator is None:
+                    self.kuberay_operator = KubeRayOperator(self.plane).start()
+                self.kuberay = RayPods(self.api_client, self.nodes, self.kuberay_operator)
             else:
                 self.kuberay = LocalKubeRay(self.api_client, **self.kuberay_options).start()
         except BaseException:
@@ -213,10 +232,10 @@ class LocalStack:
         return path
 
     def stop(self) -> None:
-        if isinstance(self.kuberay, PodKubeRay):
-            self.kuberay.__exit__()
-        elif self.kuberay is not None:
+        if isinstance(self.kuberay, LocalKubeRay):
             self.kuberay.close()
+        if self.kuberay_operator is not None and self._own_kuberay_operator:
+            self.kuberay_operator.stop()
         if self.api_client is not None:
             self.api_client.close()
         for node in reversed(self._own_nodes):  # a node joining another's network stops first
@@ -243,10 +262,10 @@ def _boto_credentials() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rltrainer_operator.testing.local_stack",
-        description="The platform on one machine: a real Kubernetes control plane, local KubeRay, S3 (moto).",
+        description="The platform on one machine: a real Kubernetes control plane, KubeRay, S3 (moto).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser("up", help="run the control plane, a local KubeRay and S3 until interrupted")
+    up = commands.add_parser("up", help="run the control plane, KubeRay and S3 until interrupted")
     up.add_argument("--kubeconfig", required=True, help="write the admin kubeconfig here")
     up.add_argument("--s3-bucket", help="also serve S3 (moto) on 127.0.0.1 with this bucket")
     up.add_argument(
@@ -256,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         "--node",
         action="store_true",
         help="run Ray's pods as real Pods on two real nodes (a CPU node, a GPU node without devices) "
-        "from the trainer image (`make images` first; needs root and `make system-deps`); without "
-        "them, falls back to local Ray processes",
+        "created by KubeRay's own operator from the trainer image (`make images` and `make parts` "
+        "first; needs root and `make system-deps`); without them, falls back to local Ray processes "
+        "(the KubeRay stand-in)",
     )
     up.add_argument("--advertise-gpus", action="store_true", help="advertise num-gpus as given")
     up.add_argument("--keep-files", action="store_true", help="keep Ray's logs after clusters go")
@@ -301,6 +321,11 @@ def _up(args: argparse.Namespace) -> int:
         if stack.on_nodes:
             names = ", ".join(f"{n.name} (pods {n.pod_cidr} via {n.bridge})" for n in stack.nodes)
             print(f"nodes: {names}; trainer image {stack.images[0]}", flush=True)
+            print(
+                f"KubeRay {parts.part('kuberay').version} (logs {stack.kuberay_operator.root / 'logs'}); "
+                f"cluster DNS {stack.nodes[0].dns.address}",
+                flush=True,
+            )
         else:
             print(f"local KubeRay files: {stack.kuberay.root}", flush=True)
         print("ready; Ctrl-C stops everything", flush=True)
@@ -330,6 +355,8 @@ def _node_options() -> dict[str, Any]:
             image_id_of(trainer_image())
         except Exception:  # noqa: BLE001 - podman says why in its own words; ours is enough
             missing = f"no image {trainer_image()} in podman: run `make images` first"
+    if missing is None and (absent := [name for name in ("kuberay", "coredns") if parts.find(name) is None]):
+        missing = f"{' and '.join(absent)} not built: run `make parts` first"
     if missing is not None:
         print(f"local_stack: {missing}; running Ray's pods as local processes instead", flush=True)
         return {}
@@ -359,8 +386,8 @@ def _kill(args: argparse.Namespace) -> int:
 
 
 def _kill_container(args: argparse.Namespace) -> int:
-    from rltrainer_operator.testing.kuberay_pods import running_container
     from rltrainer_operator.testing.node import kill_container
+    from rltrainer_operator.testing.ray_pods import running_container
 
     sockets = dict(item.split("=", 1) for item in os.environ[NODES_VARIABLE].split(","))
     client = kubernetes.config.new_client_from_config()  # KUBECONFIG, from the env file

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rltrainer_operator.testing.cluster_dns import ClusterDNS
 from rltrainer_operator.testing.envtest import (
     REPO,
     SHARED_ENVTEST,
@@ -127,6 +128,7 @@ class Node:
         root: Path | None = None,
         image_store: Path | None = None,
         network: Node | None = None,
+        cluster_dns: Path | None = None,
         ready_timeout_s: float = 120.0,
     ) -> None:
         self.plane = plane
@@ -145,6 +147,8 @@ class Node:
         self.bridge = ""
         self.gateway = ""
         self.network = network
+        self._coredns = None if cluster_dns is None else Path(cluster_dns)
+        self.dns: ClusterDNS | None = None
         self._slot = 0  # which part of the /24 this node's Pods get (nodes sharing one network)
         self._sharers = 0
         self._procs = Processes(self.root / "logs", new_session=True)
@@ -163,6 +167,8 @@ class Node:
         try:
             (self.root / "logs").mkdir(parents=True, exist_ok=True)
             self._reserve_network()
+            if self._coredns is not None and self.network is None:
+                self.dns = ClusterDNS(self.plane, self._coredns, address=self.gateway).start()
             self._netns_before = _netns()
             self._start_containerd()
             self._ensure_pause_image()
@@ -193,6 +199,9 @@ class Node:
         if "containerd" in self._procs:
             self._remove_containers()
         self._procs.end("containerd")
+        if self.dns is not None:
+            self.dns.stop()
+            self.dns = None
         self._remove_leftovers()
         for lock in (self._lock, self._store_lock):
             if lock is not None:
@@ -220,10 +229,8 @@ class Node:
         with tempfile.TemporaryDirectory(dir=self.root) as tmp:
             if archive is None:
                 archive = save_image(ref, Path(tmp), timeout_s)
-            # An OCI archive from podman names its image in the index annotation; ctr keeps the name.
-            self.ctr(
-                "images", "import", "--base-name", ref.rsplit(":", 1)[0], str(archive), timeout=timeout_s
-            )
+            # A Docker archive names its image in RepoTags; ctr keeps the name.
+            self.ctr("images", "import", str(archive), timeout=timeout_s)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(image_id)
 
@@ -461,6 +468,7 @@ state = "{self.root}/containerd-state"
             "containerRuntimeEndpoint": f"unix://{self.socket}",
             "staticPodPath": str(self.root / "static-pods"),
             "resolvConf": "/etc/resolv.conf",
+            **self._dns_settings(),
             "evictionHard": {
                 "memory.available": "100Mi",
                 "nodefs.available": "1%",
@@ -484,6 +492,12 @@ state = "{self.root}/containerd-state"
         if self.taints:
             args.append("--register-with-taints=" + ",".join(self.taints))
         self._procs.launch("kubelet", args)
+
+    def _dns_settings(self) -> dict[str, Any]:
+        """The kubelet's cluster DNS: this node's CoreDNS, or that of the node whose network it
+        joined (Pods then resolve ``<service>.<namespace>.svc.cluster.local``)."""
+        dns = self.dns or (self.network.dns if self.network is not None else None)
+        return {} if dns is None else {"clusterDNS": [dns.address], "clusterDomain": dns.domain}
 
     def _wait_ready(self) -> None:
         def ready() -> bool:
@@ -558,10 +572,11 @@ def image_id_of(ref: str) -> str:
 
 
 def save_image(ref: str, folder: Path, timeout_s: float = 600.0) -> Path:
-    """``ref`` from podman's storage as an OCI archive in ``folder``."""
+    """``ref`` from podman's storage as a Docker archive in ``folder``: its layers uncompressed
+    (an OCI archive gzips every layer, which for the trainer's 6 GB took 2-3 times as long)."""
     archive = folder / (ref.replace("/", "_").replace(":", "_") + ".tar")
     _run(
-        ["podman", "save", "-q", "--format", "oci-archive", "-o", str(archive), ref],
+        ["podman", "save", "-q", "--format", "docker-archive", "-o", str(archive), ref],
         env=podman_env(),
         timeout=timeout_s,
     )
