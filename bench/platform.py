@@ -5,10 +5,10 @@
 
 For each mode, a ``LocalStack`` (a real control plane and moto's S3; ``pods``: two real nodes with
 KubeRay's own operator making the Pods from the trainer image, S3 on the pod network's gateway;
-``processes``: the ``LocalKubeRay`` stand-in's local Ray processes) and the real operator (kopf, 1 s poll), then ``kubectl
-apply`` of PPO on CartPole-v1 with tuned_examples/ppo_cartpole.yaml's recipe, 1 learner and 2
-rollout workers of half a CPU each (so the pods fit two 2-CPU nodes; the learner on the GPU node by
-its selector and toleration, with ``_fake_gpus``). Figures:
+``processes``: the ``LocalKubeRay`` stand-in's local Ray processes) and the real operator (kopf,
+1 s poll), then ``kubectl apply`` of PPO on CartPole-v1 with tuned_examples/ppo_cartpole.yaml's
+recipe, 1 learner and 2 rollout workers of half a CPU each (so the pods fit two 2-CPU nodes; the
+learner on the GPU node by its selector and toleration, with ``_fake_gpus``). Figures:
 
 - seconds from apply to Running (driver submitted) and to the first iteration in the status;
 - the driver's seconds per iteration: the median ``time_this_iter_s`` of its ``result.json`` in S3

@@ -3,13 +3,16 @@
 KubeRay reports a cluster as not ready and no more; the reasons are on its Pods (labelled
 ``ray.io/cluster=<name>``, with ``ray.io/group`` naming the worker group, ``headgroup`` for the
 head): an image the node does not have and may not pull, a Pod no node can take, a container
-killed for memory, one that keeps crashing. ``pod_problems`` reads them from the Pods' status,
-the first of them reaches the experiment as its condition's reason and message, and an event.
-Pure functions on Pod dicts (as the API returns them), tested without a cluster.
+killed for memory, one that keeps crashing, a worker that waits in KubeRay's ``wait-gcs-ready``
+init container for a head it cannot reach. ``pod_problems`` reads them from the Pods' status
+(init containers' too), the first of them reaches the experiment as its condition's reason and
+message, and an event. Pure functions on Pod dicts (as the API returns them), tested without a
+cluster, on Pods real KubeRay made among others.
 """
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +22,16 @@ IMAGE_PULL_REASONS = frozenset({"ErrImageNeverPull", "ErrImagePull", "ImagePullB
 #: KubeRay's label naming a pod's group; its head group's value.
 GROUP_LABEL = "ray.io/group"
 HEAD_GROUP = "headgroup"
+#: KubeRay's init container in worker Pods: it loops until the head's GCS answers at FQ_RAY_IP.
+WAIT_FOR_HEAD = "wait-gcs-ready"
+#: A worker waiting for the head longer than this is said to (starting Ray on a loaded 2-core
+#: node takes up to ~40 s; KubeRay itself starts logging the failures after 120 s).
+WAIT_FOR_HEAD_S = 90.0
 
 
 @dataclass(frozen=True)
 class PodProblem:
-    """``reason``: ImagePullFailed, Unschedulable, OOMKilled or CrashLoopBackOff."""
+    """``reason``: ImagePullFailed, Unschedulable, OOMKilled, CrashLoopBackOff or WaitingForHead."""
 
     reason: str
     group: str
@@ -32,10 +40,11 @@ class PodProblem:
     """The failing container's restart count (the kubelet's ``restartCount``)."""
 
 
-def pod_problems(pods: list[dict[str, Any]]) -> list[PodProblem]:
-    """Every problem found, one per pod at most, in a stable order (head first, then by name)."""
+def pod_problems(pods: list[dict[str, Any]], now: datetime.datetime | None = None) -> list[PodProblem]:
+    """Every problem found, one per pod at most, in a stable order (head first, then by name).
+    ``now``: the time to judge waits by (a worker waiting for the head; None: waits are not judged)."""
     ordered = sorted(pods, key=lambda p: (_group(p) != HEAD_GROUP, p["metadata"].get("name", "")))
-    found = [problem for pod in ordered if (problem := _problem(pod)) is not None]
+    found = [problem for pod in ordered if (problem := _problem(pod) or _waiting_for_head(pod, now))]
     return found
 
 
@@ -74,8 +83,8 @@ def _problem(pod: dict[str, Any]) -> PodProblem | None:
                 return PodProblem(
                     "OOMKilled",
                     group,
-                    f"{where}: container {name} was killed for using more memory than its limit ({limit}); "
-                    "raise the group's memory",
+                    f"{where}: container {name} was killed for using more memory than its limit ({limit})"
+                    f"{_shared_memory_note(pod, name)}; raise the group's memory",
                     restarts,
                 )
         if waiting.get("reason") == "CrashLoopBackOff":
@@ -87,6 +96,46 @@ def _problem(pod: dict[str, Any]) -> PodProblem | None:
                 f"{where}: container {name} keeps failing (exit code {code})" + (f": {said}" if said else ""),
                 restarts,
             )
+    return None
+
+
+def _shared_memory_note(pod: dict[str, Any], container: str) -> str:
+    """KubeRay mounts a memory-backed ``/dev/shm`` in every Ray container, sized to its memory
+    limit; Ray's object store lives there, and what it holds counts against the limit."""
+    spec = next((c for c in _containers(pod) if c.get("name") == container), {})
+    mounted = {m.get("name") for m in spec.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"}
+    in_memory = {
+        v.get("name")
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if (v.get("emptyDir") or {}).get("medium") == "Memory"
+    }
+    if not mounted & in_memory:
+        return ""
+    return " (Ray's object store lives in the pod's memory-backed /dev/shm, which counts against it)"
+
+
+def _waiting_for_head(pod: dict[str, Any], now: datetime.datetime | None) -> PodProblem | None:
+    """A worker still in KubeRay's ``wait-gcs-ready`` init container after ``WAIT_FOR_HEAD_S``:
+    it cannot reach the head's GCS at the address KubeRay gave it (the head not up, or its
+    Service's name not resolving in the Pod)."""
+    if now is None:
+        return None
+    for container in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
+        if container.get("name") != WAIT_FOR_HEAD or not started:
+            continue
+        waited = (now - datetime.datetime.fromisoformat(started.replace("Z", "+00:00"))).total_seconds()
+        if waited < WAIT_FOR_HEAD_S:
+            return None
+        spec = next((c for c in _containers(pod) if c.get("name") == WAIT_FOR_HEAD), {})
+        address = next((e.get("value") for e in spec.get("env") or [] if e.get("name") == "FQ_RAY_IP"), "?")
+        return PodProblem(
+            "WaitingForHead",
+            _group(pod),
+            f"{_where(pod)}: has waited over {WAIT_FOR_HEAD_S:.0f} s for the head's GCS at {address} "
+            f"(KubeRay's {WAIT_FOR_HEAD} init container): the head is not up, or that name does not "
+            "resolve in the pod (the cluster's DNS)",
+        )
     return None
 
 

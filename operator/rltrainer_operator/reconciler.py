@@ -374,7 +374,7 @@ class _Step:
     def _report_pod_problems(self) -> None:
         """While the cluster is not ready, say why when its Pods show it (once per new reason)."""
         pods = self.r.kube.list_cluster_pods(self.namespace, self.status.rayClusterName)
-        problems = pod_problems(pods)
+        problems = pod_problems(pods, now=self.now)
         if problems and self.status.message != problems[0].message:
             self.transition(Phase.PROVISIONING, problems[0].reason, problems[0].message, warning=True)
 

@@ -16,14 +16,16 @@ import json
 import shlex
 import sys
 import time
+import types
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 
 from rltrainer_operator.ray_jobs import RayJobClient
-from rltrainer_operator.testing.local_kuberay import _desired_replicas, parse_resources
+from rltrainer_operator.testing.local_kuberay import Pod, _desired_replicas, parse_resources
 from rltrainer_operator.testing.local_stack import LocalStack
 from tests.e2e.helpers import MERGE, condition, get_raycluster, wait_for, wait_ready
 
@@ -163,6 +165,46 @@ def test_desired_replicas_are_clamped_like_kuberay():
     assert _desired_replicas({"replicas": 0, "minReplicas": 1, "maxReplicas": 3}) == 1
     assert _desired_replicas({"replicas": 2, "suspend": True}) == 0
     assert _desired_replicas({"replicas": 2, "numOfHosts": 2}) == 4
+
+
+#: What real KubeRay (v1.6.1) made of a RayCluster the operator built, recorded on real Pods
+#: (``RLTRAINER_RECORD_KUBERAY=1 pytest tests/node/test_kuberay_on_pods.py``).
+RECORDED = Path(__file__).resolve().parents[1] / "operator" / "data" / "kuberay_recorded"
+
+
+@pytest.mark.in_make_test
+def test_the_stand_ins_status_has_the_fields_real_kuberay_wrote(stack):
+    """The same RayCluster, ready: the stand-in writes the status fields real KubeRay wrote, the
+    same conditions (type, status, reason), head fields, endpoint names and desired resources."""
+    _custom, kuberay = stack
+    real = json.loads((RECORDED / "raycluster.json").read_text())
+    cluster = kuberay._new_cluster(real)
+    alive = types.SimpleNamespace(poll=lambda: None)  # a "process" that runs: no Ray is started
+    cluster.head = Pod("head", "headgroup", alive, Path("/dev/null"), 0, ready=True)
+    cluster.workers = {
+        group["groupName"]: [
+            Pod(f"{group['groupName']}-{i}", group["groupName"], alive, Path("/dev/null"), 0, ready=True)
+            for i in range(group["replicas"])
+        ]
+        for group in real["spec"]["workerGroupSpecs"]
+    }
+    ours = kuberay._status(cluster, real)
+    theirs = real["status"]
+    own = {"reason", "lastUpdateTime"}  # the stand-in's notes; the patch time, set when written
+    assert {k for k, v in ours.items() if v is not None} - own == set(theirs) - own
+    assert {(c["type"], c["status"], c["reason"]) for c in ours["conditions"]} == {
+        (c["type"], c["status"], c["reason"]) for c in theirs["conditions"]
+    }
+    assert set(ours["head"]) == set(theirs["head"]) and set(ours["endpoints"]) == set(theirs["endpoints"])
+    for key in (
+        "state",
+        "desiredWorkerReplicas",
+        "readyWorkerReplicas",
+        "desiredCPU",
+        "desiredMemory",
+        "desiredGPU",
+    ):
+        assert ours[key] == theirs[key], key
 
 
 @pytest.mark.in_make_test

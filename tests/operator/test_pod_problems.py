@@ -3,9 +3,12 @@ write it (the shapes here are theirs; tests/node sees the same on a real node)."
 
 from __future__ import annotations
 
+import datetime
+import json
+from pathlib import Path
 from typing import Any
 
-from rltrainer_operator.pod_problems import pod_problems, ray_oom_problem
+from rltrainer_operator.pod_problems import WAIT_FOR_HEAD, WAIT_FOR_HEAD_S, pod_problems, ray_oom_problem
 
 
 def pod(name: str, group: str, status: dict[str, Any], memory: str | None = None) -> dict[str, Any]:
@@ -121,3 +124,58 @@ def test_a_job_ray_killed_for_memory_names_the_pod_its_group_and_limit() -> None
     problem = ray_oom_problem(ray_260, [head, learner])
     assert problem is not None and "group learners" in problem.message
     assert "0.32GB used / 0.33GB limit" in problem.message
+
+
+# Pods as real KubeRay (v1.6.1) made them for an experiment's RayCluster (tests/node records them),
+# with the states a kubelet gives them set on top.
+RECORDED = Path(__file__).resolve().parent / "data" / "kuberay_recorded"
+
+
+def recorded(kind: str, **status: Any) -> dict[str, Any]:
+    found = json.loads((RECORDED / f"{kind}-pod.json").read_text())
+    found["status"] = status
+    return found
+
+
+def test_a_worker_waiting_in_kuberays_init_container_names_the_address_it_waits_for() -> None:
+    now = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+
+    def waiting_since(seconds: float) -> dict[str, Any]:
+        started = (now - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        running = {"name": WAIT_FOR_HEAD, "state": {"running": {"startedAt": started}}}
+        return recorded("worker", phase="Pending", initContainerStatuses=[running])
+
+    assert pod_problems([waiting_since(30)], now=now) == []
+    assert pod_problems([waiting_since(600)]) == []  # no clock, no judgement of waits
+    (problem,) = pod_problems([waiting_since(WAIT_FOR_HEAD_S + 1)], now=now)
+    assert problem.reason == "WaitingForHead" and problem.group == "rollouts"
+    assert "rlx-pods-head-svc.kuberay-on-pods.svc.cluster.local" in problem.message
+    assert problem.message == pod_problems([waiting_since(500)], now=now)[0].message  # said once
+
+
+def test_an_image_missing_for_kuberays_init_container_is_named_like_the_containers() -> None:
+    init = {
+        "name": WAIT_FOR_HEAD,
+        "state": {
+            "waiting": {"reason": "ErrImageNeverPull", "message": "not present with pull policy of Never"}
+        },
+    }
+    (problem,) = pod_problems([recorded("worker", phase="Pending", initContainerStatuses=[init])])
+    assert problem.reason == "ImagePullFailed" and "group rollouts" in problem.message
+    assert "image ghcr.io/rltrainer/trainer:0.1.0-cpu" in problem.message
+
+
+def test_oomkilled_on_kuberays_pod_says_the_object_store_counts_against_the_limit() -> None:
+    container = {
+        "name": "ray-worker",
+        "restartCount": 1,
+        "state": {"running": {}},
+        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+    }
+    (problem,) = pod_problems([recorded("worker", phase="Running", containerStatuses=[container])])
+    assert problem.reason == "OOMKilled" and "(1200Mi)" in problem.message
+    assert "/dev/shm" in problem.message and "raise the group's memory" in problem.message
+    # A pod without KubeRay's memory-backed /dev/shm (the stand-in's) says nothing of it.
+    plain = pod("c-learners-worker-x", "learners", {"containerStatuses": [container]}, memory="256Mi")
+    plain["spec"]["containers"][0]["name"] = "ray-worker"
+    assert "/dev/shm" not in pod_problems([plain])[0].message

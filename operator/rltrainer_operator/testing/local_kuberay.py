@@ -10,10 +10,12 @@ RayCluster, in every namespace, it
   plain JSON), with the group's container ``env`` (plain values, Secret and ConfigMap references)
   as a pod would see it (this process's ``AWS_*``, ``KUBECONFIG`` and ``RAY_ADDRESS`` are not
   passed on: a pod would not have them);
-- writes the RayCluster's status the way KubeRay v1.7 does: ``HeadPodReady`` and
-  ``RayClusterProvisioned`` conditions, ``state``, ``head`` (``serviceIP`` 127.0.0.1),
-  ``endpoints`` (``dashboard``, ``gcs-server``, ``client``, ``metrics``), worker replica counts,
-  ``observedGeneration``, ``lastUpdateTime``;
+- writes the RayCluster's status with the fields real KubeRay v1.6 writes (checked against a status
+  it wrote, ``tests/operator/data/kuberay_recorded``): ``HeadPodReady``, ``RayClusterProvisioned``,
+  ``RayClusterSuspended`` and ``RayClusterSuspending`` conditions, ``state`` and its transition
+  times, ``head`` (``serviceIP`` 127.0.0.1), ``endpoints`` (``dashboard``, ``gcs-server``,
+  ``client``, ``metrics``), worker replica counts, the desired CPU, memory, GPU and TPU,
+  ``observedGeneration``, ``lastUpdateTime`` (and ``reason``, this stand-in's own notes);
 - recreates a worker "pod" whose process died (within a poll interval, 0.5 s); recreates a dead
   head (and its workers, whose raylets cannot outlive the GCS) unless the RayCluster has the
   annotation ``ray.io/disable-provisioned-head-restart: "true"`` and was provisioned: then, as
@@ -147,6 +149,55 @@ def parse_resources(value: Any) -> dict[str, float]:
     if not isinstance(parsed, dict):
         raise ValueError(f"resources must be a JSON object, got {value!r}")
     return {str(k): float(v) for k, v in parsed.items()}
+
+
+#: Kubernetes quantity suffixes, largest first (binary, then decimal).
+_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+_DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
+
+
+def _quantity_value(quantity: Any) -> float:
+    """A Kubernetes quantity (``"1500Mi"``, ``"500m"``, ``2``) as a number (bytes, cores)."""
+    text = str(quantity).strip()
+    for suffix, factor in (*_BINARY, *_DECIMAL, ("m", 1e-3)):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor
+    return float(text)
+
+
+def _quantity_text(value: float, binary: bool) -> str:
+    """A sum as KubeRay's status shows it: whole units, millis (CPU), or the largest suffix that
+    divides it exactly (memory: ``2700Mi``)."""
+    if value == 0:
+        return "0"
+    if not binary:
+        millis = round(value * 1000)
+        return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+    for suffix, factor in _BINARY:
+        if value % factor == 0:
+            return f"{int(value // factor)}{suffix}"
+    return str(int(value))
+
+
+def desired_resources(spec: dict[str, Any]) -> dict[str, str]:
+    """KubeRay's ``desiredCPU``/``desiredMemory``/``desiredGPU``/``desiredTPU``: the requests of
+    the head and of every desired worker Pod, summed."""
+    totals = {"cpu": 0.0, "memory": 0.0, "nvidia.com/gpu": 0.0, "google.com/tpu": 0.0}
+    groups = [(spec.get("headGroupSpec") or {}, 1)]
+    groups += [(g, _desired_replicas(g)) for g in spec.get("workerGroupSpecs") or []]
+    for group, count in groups:
+        for container in (group.get("template") or {}).get("spec", {}).get("containers") or []:
+            resources = container.get("resources") or {}
+            asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+            for name in totals:
+                if name in asked:
+                    totals[name] += _quantity_value(asked[name]) * count
+    return {
+        "desiredCPU": _quantity_text(totals["cpu"], binary=False),
+        "desiredMemory": _quantity_text(totals["memory"], binary=True),
+        "desiredGPU": _quantity_text(totals["nvidia.com/gpu"], binary=False),
+        "desiredTPU": _quantity_text(totals["google.com/tpu"], binary=False),
+    }
 
 
 def _quantity_to_count(quantity: Any) -> int | None:
@@ -740,14 +791,9 @@ class LocalKubeRay:
             )
             self._set_state(cluster, "suspended")
         else:
-            if "RayClusterSuspended" in cluster.conditions:
-                self._set_condition(
-                    cluster,
-                    "RayClusterSuspended",
-                    False,
-                    "RayClusterSuspended",
-                    "RayCluster is not suspended",
-                )
+            # KubeRay keeps both conditions, False, on every cluster that is not suspended.
+            self._set_condition(cluster, "RayClusterSuspended", False, "RayClusterSuspended", "")
+            self._set_condition(cluster, "RayClusterSuspending", False, "RayClusterSuspending", "")
             if head_ready:
                 self._set_condition(cluster, "HeadPodReady", True, "HeadPodRunningAndReady", "Head Pod ready")
             elif head is None:
@@ -792,6 +838,7 @@ class LocalKubeRay:
             "minWorkerReplicas": sum(int(g.get("minReplicas", 0) or 0) for g in groups),
             "maxWorkerReplicas": sum(int(g.get("maxReplicas", 0) or 0) for g in groups),
             "observedGeneration": obj["metadata"].get("generation", 1),
+            **desired_resources(spec),
             "head": {
                 "podIP": "127.0.0.1" if head is not None else None,
                 "podName": head.name if head is not None else None,
