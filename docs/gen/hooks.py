@@ -5,7 +5,9 @@ A page asks for a part with a line ``<!-- generated: KIND NAME -->``:
 
 - ``rlexperiment spec|status``: the RLExperiment reference tables (docs/gen/rlexperiment.py);
 - ``migration TABLE``: a table of older and current names (docs/gen/migration.py);
-- ``benchmark NAME``: the table of ``bench/results/NAME.jsonl`` (bench/plots.py).
+- ``benchmark NAME``: the table of ``bench/results/NAME.jsonl`` (bench/plots.py);
+- ``parts tested``: the real components the platform is tested with and their pinned versions
+  (operator/rltrainer_operator/testing/parts.toml), so the versions documented are those tested.
 
 The benchmark plots (bench/plots.py's ``PLOTS``) are added to the site as ``img/benchmarks/*.svg``.
 An unknown part fails the build.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +46,25 @@ def _part(kind: str, name: str) -> str:
         return migration.TABLES[name]()
     if kind == "benchmark":  # its rows one line each (docs/stylesheets/extra.css), scrolled sideways
         return f'<div class="benchmark-table" markdown>\n\n{plots.table(name)}\n\n</div>'
+    if kind == "parts" and name == "tested":
+        return _parts_table()
     raise KeyError(kind)
+
+
+#: What each part of parts.toml is in the tests (the file says how it is built and checked).
+PART_ROLES = {
+    "kuberay": "KubeRay's operator: makes the RayClusters' Pods and Services, with its own CRDs and RBAC",
+    "coredns": "the nodes' cluster DNS (its `kubernetes` plugin): workers find the head by name",
+    "kuberay-below-floor": "its CRDs only: the operator must refuse to start on them",
+}
+
+
+def _parts_table() -> str:
+    parts = tomllib.loads((ROOT / "operator" / "rltrainer_operator" / "testing" / "parts.toml").read_text())
+    rows = ["| part | Go module | version | in the tests |", "|---|---|---|---|"]
+    for name, part in parts.items():
+        rows.append(f"| {name} | `{part['module']}` | {part['version']} | {PART_ROLES[name]} |")
+    return "\n".join(rows)
 
 
 def on_files(files: Files, config: Any) -> Files:

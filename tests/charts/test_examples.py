@@ -16,6 +16,7 @@ import yaml
 
 from rltrainer.cli import build_parser
 from rltrainer_operator.models import GROUP, KIND, VERSION
+from rltrainer_operator.testing import parts
 from rltrainer_operator.validation import validate_experiment
 from tests.charts.helpers import CHART_DIR, ROOT, manifests, render
 
@@ -160,4 +161,5 @@ def test_readme_install_commands_are_real() -> None:
     for example in FILES:
         assert example.name in section
     (kuberay,) = [c for c in commands if c[:3] == ["helm", "install", "kuberay-operator"]]
-    assert kuberay[kuberay.index("--version") + 1] == "1.7.0"  # the RayCluster CRD in shared/kuberay
+    tested = parts.part("kuberay").version.removeprefix("v")  # the KubeRay the Pod tests run
+    assert kuberay[kuberay.index("--version") + 1] == tested
