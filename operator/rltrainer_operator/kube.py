@@ -113,7 +113,8 @@ class Kube:
     def kuberay_below_floor(self) -> str | None:
         """One line saying the installed KubeRay is older than ``KUBERAY_FLOOR`` (its RayCluster
         schema, from the API server's OpenAPI v3 document, which every identity may read, lacks
-        ``KUBERAY_FLOOR_FIELD``), else None."""
+        ``KUBERAY_FLOOR_FIELD``), else None. Where the document cannot be read (OpenAPI v3 off,
+        discovery restricted) or has no RayCluster schema, nothing can be told: logged, None."""
         path = f"/openapi/v3/apis/{RAY_GROUP}/{RAY_VERSION}"
         try:
             method, url, headers, _, _ = self.api_client.param_serialize(
@@ -121,6 +122,9 @@ class Kube:
             )
             answer = self.api_client.call_api(method, url, header_params=headers, _request_timeout=30)
             answer.read()
+            if answer.status in (401, 403, 404):
+                logger.warning("cannot check KubeRay's version: %s answered %s", path, answer.status)
+                return None
             if answer.status != 200:
                 raise ApiException(http_resp=answer)
             document = json.loads(answer.data)
@@ -129,10 +133,15 @@ class Kube:
         except TRANSPORT_ERRORS as err:
             raise _temporary(f"read {path}", err) from None
         schemas = document.get("components", {}).get("schemas", {})
-        node = next((schema for name, schema in schemas.items() if name.endswith(".v1.RayCluster")), {})
+        node = next((schema for name, schema in schemas.items() if name.endswith(".v1.RayCluster")), None)
+        if node is None:
+            logger.warning("cannot check KubeRay's version: %s has no RayCluster schema", path)
+            return None
         for key in KUBERAY_FLOOR_FIELD:
-            node = (node.get("properties") or {}).get(key) or {}
-        if node:
+            node = (node.get("properties") or {}).get(key)
+            if node is None:
+                break
+        else:
             return None
         return (
             f"the installed KubeRay is older than {KUBERAY_FLOOR}: its RayCluster CRD has no "

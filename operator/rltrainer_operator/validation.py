@@ -288,8 +288,8 @@ def _check_ray_version(spec: ExperimentSpec) -> None:
         raise InvalidSpec(
             "spec.rayVersion",
             f"{spec.rayVersion} is below {floor}: KubeRay probes Ray older than {floor} with wget, "
-            f"which rltrainer's trainer image does not have (its Pods would never become ready); "
-            f"the image runs Ray 2.60: set rayVersion to the image's Ray, {floor} or newer",
+            f"which rltrainer's trainer image does not have (its Pods would never become ready), and "
+            f"rltrainer runs on Ray 2.60 in any image: set rayVersion to the image's Ray, {floor} or newer",
         )
 
 

@@ -3,6 +3,7 @@ failures as kopf retries, the operator's user agent in the server's audit log.""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import kopf
@@ -82,3 +83,46 @@ def test_operator_requests_carry_its_user_agent(kube, kube_api):
     wait_for("the audit event", lambda: kube.requests(verb="get", resource="rayclusters"))
     [event] = kube.requests(verb="get", resource="rayclusters")
     assert event["userAgent"].startswith("rltrainer-operator/")
+
+
+class _OpenAPIAnswer:
+    def __init__(self, status: int, document: dict) -> None:
+        self.status, self.data = status, json.dumps(document).encode()
+
+    def read(self) -> None:
+        pass
+
+
+class _OpenAPIClient:
+    """Answers the OpenAPI v3 document request with ``status`` and ``document``."""
+
+    def __init__(self, status: int, document: dict) -> None:
+        self.answer = _OpenAPIAnswer(status, document)
+
+    def param_serialize(self, method, path, **_):
+        return method, path, {}, None, []
+
+    def call_api(self, *_, **__):
+        return self.answer
+
+
+def _raycluster_schema(auth_options: dict) -> dict:
+    spec = {"properties": {"authOptions": {"properties": auth_options}}}
+    return {"components": {"schemas": {"io.ray.v1.RayCluster": {"properties": {"spec": spec}}}}}
+
+
+@pytest.mark.parametrize(
+    ("status", "document", "too_old"),
+    [
+        (200, _raycluster_schema({"mode": {}, "secretName": {}}), False),  # v1.6+
+        (200, _raycluster_schema({"mode": {}}), True),  # v1.5: no secretName
+        (200, {"components": {"schemas": {}}}, False),  # no RayCluster schema: cannot tell
+        (403, {}, False),  # discovery restricted: cannot tell, start anyway
+        (404, {}, False),  # OpenAPI v3 off
+    ],
+)
+def test_the_kuberay_floor_is_judged_only_from_a_schema_it_can_read(status, document, too_old):
+    said = Kube(_OpenAPIClient(status, document)).kuberay_below_floor()
+    assert (said is not None) == too_old, said
+    if too_old:
+        assert "older than v1.6.0" in said and "authOptions.secretName" in said

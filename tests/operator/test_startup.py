@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
+from rltrainer_operator.handlers import EXIT_KUBERAY_TOO_OLD
 from rltrainer_operator.testing import kuberay, parts
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from tests.conftest import RLX_CRD, kuberay_crd_files
@@ -66,7 +67,7 @@ def test_kopf_run_refuses_a_kuberay_below_its_floor(bare_plane, tmp_path):
     finally:
         operator.kill()
     text = log.read_text()
-    assert operator.returncode != 0, text
+    assert operator.returncode == EXIT_KUBERAY_TOO_OLD, text
     (line,) = [line for line in text.splitlines() if "older than v1.6.0" in line]
     assert "authOptions.secretName" in line and "upgrade KubeRay" in line, line
     assert "Traceback" not in text, text
