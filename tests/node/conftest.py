@@ -5,13 +5,17 @@ KubeRay's own operator, and the project's images on the nodes.
 where the API-level tests run the KubeRay stand-in: two KubeRays must never reconcile one
 RayCluster), with KubeRay's CRDs from its pinned module. ``kuberay_operator``: KubeRay's operator
 (built from its Go module, ``make kuberay``) watching every namespace of it, for the whole run.
-``node``: the kubelet, containerd, the scheduler and CoreDNS (``rltrainer_operator.testing.node``)
-joined to it; its containerd keeps its images in ``~/.cache/rltrainer-node`` so
-that an image imported once stays imported. ``gpu_node``: a second kubelet on the same pod network
-(``local_stack.two_nodes``' GPU node: one ``nvidia.com/gpu`` advertised, tainted for it), started
-only by the tests that need two nodes. ``images``: ``make images`` (podman, the local Debian
-base; cached layers make a rebuild take seconds) and both images imported into the node;
-``gpu_images``: the trainer image on the GPU node too.
+``pod_network``/``cluster_network``: the pod network (``testing.cluster_network``), claimed first so
+that the API server listens on its gateway, with CoreDNS and kube-proxy: Services route and their
+names resolve, so Pods (the chart's operator) reach the API server through the ``kubernetes``
+Service as in any cluster. ``node``: the kubelet, containerd and the scheduler
+(``rltrainer_operator.testing.node``) on it; its containerd keeps its images in
+``~/.cache/rltrainer-node`` so that an image imported once stays imported. ``gpu_node``: a
+second kubelet on the same pod network (``local_stack.two_nodes``' GPU node: one
+``nvidia.com/gpu`` advertised, tainted for it), started only by the tests that need two nodes.
+``images``: ``make images`` (podman, the local Debian base; cached layers make a rebuild take
+seconds) and both images imported into the node; ``gpu_images``: the trainer image on the GPU
+node too.
 Everything here skips, naming what to install, where the node's packages or binaries are missing.
 All tests under ``tests/node`` run in one pytest-xdist worker (``tests/conftest.py``): one node.
 """
@@ -28,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from rltrainer_operator.testing import local_stack, parts
+from rltrainer_operator.testing.cluster_network import ClusterNetwork
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from rltrainer_operator.testing.kuberay import KubeRayOperator
 from rltrainer_operator.testing.node import Node, find_node_assets, import_images, missing_node_requirements
@@ -69,14 +74,33 @@ def built_part(name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def control_plane():
+def pod_network(tmp_path_factory):
+    """The cluster's pod network, claimed before its control plane: the API server listens on
+    its gateway, where Pods reach it through the ``kubernetes`` Service."""
+    missing = missing_node_requirements()
+    if missing:
+        pytest.skip(missing)
+    with ClusterNetwork(tmp_path_factory.mktemp("network")) as network:
+        yield network
+
+
+@pytest.fixture(scope="session")
+def control_plane(pod_network):
     assets = find_assets()
     if assets is None:
         pytest.skip(MISSING_ASSETS)
     crds = kuberay_crd_files()
-    with ControlPlane(assets) as plane:
+    with ControlPlane(assets, address=pod_network.gateway) as plane:
         plane.install_crds(*crds, RLX_CRD)
         yield plane
+
+
+@pytest.fixture(scope="session")
+def cluster_network(control_plane, pod_network):
+    """The pod network with its add-ons: CoreDNS (``make coredns``) and kube-proxy, unless another
+    test session on this machine runs kube-proxy (``service_proxy`` False then)."""
+    built_part("coredns")
+    return local_stack.cluster_network(control_plane, pod_network)
 
 
 @pytest.fixture(scope="session")
@@ -87,12 +111,10 @@ def kuberay_operator(control_plane):
 
 
 @pytest.fixture(scope="session")
-def node(control_plane):
-    missing = missing_node_requirements()
-    if missing:
-        pytest.skip(missing)
-    coredns = built_part("coredns")
-    with Node(control_plane, find_node_assets(), image_store=IMAGE_STORE, cluster_dns=coredns) as started:
+def node(control_plane, cluster_network):
+    with Node(control_plane, find_node_assets(), image_store=IMAGE_STORE, network=cluster_network) as started:
+        if cluster_network.service_proxy:
+            cluster_network.wait_for_service_proxy()
         print(f"node {started.name} Ready in {started.start_seconds:.1f} s")
         yield started
 

@@ -7,12 +7,11 @@ when the chart asks, an RLExperiment is reconciled by that Pod, a restart of the
 and a SIGTERM ends it within the grace period. Bad values: an image the node lacks and a memory
 limit too small show on the Pod, where `kubectl describe` finds them.
 
-The API server listens on 127.0.0.1 only and this cluster has no kube-proxy, so the `kubernetes`
-Service's address leads nowhere from a Pod. The operator Pod therefore runs with
-``hostNetwork: true`` (patched into the rendered Deployment) and the chart's ``extraEnv`` points
-in-cluster configuration at 127.0.0.1 (``KUBERNETES_SERVICE_HOST``/``PORT``, the variables a
-kubelet derives from that Service). The token, the CA bundle and the RBAC that judges the
-requests are the ones a cluster gives the Pod.
+The chart runs exactly as rendered: the operator Pod is on the pod network and reaches the API
+server through the ``kubernetes`` Service (kube-proxy routes its cluster IP to the API server,
+which listens on the pod network's gateway), with in-cluster configuration as the kubelet gives
+it; its metrics are scraped through its metrics Service's cluster IP. The token, the CA bundle and
+the RBAC that judges the requests are the ones a cluster gives the Pod.
 """
 
 from __future__ import annotations
@@ -21,11 +20,9 @@ import json
 import time
 import urllib.request
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 
-from rltrainer_operator.testing.envtest import free_port
 from tests.charts.helpers import render_objects
 from tests.e2e.helpers import wait_for
 from tests.node.helpers import apply, delete, describe, get
@@ -37,29 +34,18 @@ SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 GRACE_S = 20
 
 
-def release_objects(control_plane, *, release: str = RELEASE, **values: Any) -> tuple[list[dict], dict]:
-    """The chart rendered for this cluster, and the ports its operator listens on (host network)."""
-    ports = {"healthz": free_port(), "metrics": free_port()}
-    api = urlparse(control_plane.url)
+def release_objects(*, release: str = RELEASE, **values: Any) -> list[dict]:
+    """The chart rendered for this cluster with these values, applied as rendered."""
     chosen = {
         "image": {"pullPolicy": "Never"},
         "watch": {"clusterWide": False, "namespaces": [WATCHED]},
         "logFormat": "json",
-        "healthzPort": ports["healthz"],
-        "metrics": {"enabled": True, "port": ports["metrics"]},
+        "metrics": {"enabled": True},
         "terminationGracePeriodSeconds": GRACE_S,
         "operator": {"pollIntervalSeconds": 1},
-        "extraEnv": [
-            {"name": "KUBERNETES_SERVICE_HOST", "value": api.hostname},
-            {"name": "KUBERNETES_SERVICE_PORT", "value": str(api.port)},
-        ],
         **values,
     }
-    objects = render_objects(chosen, name=release, namespace=NAMESPACE)
-    for obj in objects:
-        if obj["kind"] == "Deployment":
-            obj["spec"]["template"]["spec"]["hostNetwork"] = True
-    return objects, ports
+    return render_objects(chosen, name=release, namespace=NAMESPACE)
 
 
 def operator_pods(control_plane, release: str = RELEASE) -> list[dict]:
@@ -67,32 +53,28 @@ def operator_pods(control_plane, release: str = RELEASE) -> list[dict]:
     return [p for p in found["items"] if not p["metadata"].get("deletionTimestamp")]
 
 
-def http_get(port: int, path: str) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-        return answer.read().decode()
-
-
-def answers(port: int, path: str) -> str:
+def answers(url: str) -> str:
     try:
-        return http_get(port, path)
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.read().decode()
     except OSError:
         return ""
 
 
 @pytest.fixture(scope="module")
-def operator_release(control_plane, images):
+def operator_release(control_plane, cluster_network, images):
+    if not cluster_network.service_proxy:
+        pytest.skip("another test cluster on this machine runs its kube-proxy: no `kubernetes` Service here")
     for namespace in (NAMESPACE, WATCHED):
         control_plane.kubectl_run("create", "namespace", namespace, check=False)
     repository, tag = images.operator.rsplit(":", 1)
-    objects, ports = release_objects(
-        control_plane, image={"repository": repository, "tag": tag, "pullPolicy": "Never"}
-    )
+    objects = release_objects(image={"repository": repository, "tag": tag, "pullPolicy": "Never"})
     started = time.monotonic()
     apply(control_plane, *objects)
     control_plane.kubectl_run("rollout", "status", f"deployment/{RELEASE}", "-n", NAMESPACE, "--timeout=300s")
     ready_s = time.monotonic() - started
     print(f"helm install to the operator Pod Ready: {ready_s:.1f} s")
-    yield {"ports": ports, "ready_seconds": ready_s}
+    yield {"objects": objects, "ready_seconds": ready_s}
     control_plane.kubectl_run(
         "delete", "rlexperiments", "--all", "-n", WATCHED, "--wait=true", "--timeout=60s", check=False
     )
@@ -108,11 +90,20 @@ def test_operator_pod_runs_with_the_charts_identity_and_probes(control_plane, op
     assert status["ready"] and status["restartCount"] == 0, describe(
         control_plane, "pod", pod["metadata"]["name"], NAMESPACE
     )
-    ports = operator_release["ports"]
-    assert wait_for("kopf's liveness endpoint", lambda: answers(ports["healthz"], "/healthz"), 30)
-    assert "rltrainer_experiments" in wait_for(
-        "the metrics endpoint", lambda: answers(ports["metrics"], "/metrics"), 30
+    # As rendered: on the pod network, in-cluster configuration from the `kubernetes` Service.
+    assert not spec.get("hostNetwork") and not any(
+        e["name"].startswith("KUBERNETES_SERVICE") for e in container.get("env", [])
     )
+    assert pod["status"]["podIP"].startswith("10.244.")
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    healthz = f"http://{pod['status']['podIP']}:{ports['healthz']}/healthz"
+    assert wait_for("kopf's liveness endpoint", lambda: answers(healthz), 30)
+    # Prometheus scrapes the metrics Service: through its cluster IP (kube-proxy) to the Pod.
+    (service,) = [o for o in operator_release["objects"] if o["kind"] == "Service"]
+    live = get(control_plane, "service", service["metadata"]["name"], "-n", NAMESPACE)
+    cluster_ip, (port,) = live["spec"]["clusterIP"], live["spec"]["ports"]
+    metrics = f"http://{cluster_ip}:{port['port']}/metrics"
+    assert "rltrainer_experiments" in wait_for("the metrics Service", lambda: answers(metrics), 30)
 
 
 @pytest.mark.usefixtures("operator_release")
@@ -214,9 +205,7 @@ def test_an_experiment_is_reconciled_by_the_pod_and_survives_its_restart(control
 
 @pytest.mark.usefixtures("operator_release")
 def test_an_image_missing_from_the_node_shows_on_the_pod(control_plane) -> None:
-    objects, _ = release_objects(
-        control_plane, release="missing-image", image={"pullPolicy": "Never", "tag": "no-such-tag"}
-    )
+    objects = release_objects(release="missing-image", image={"pullPolicy": "Never", "tag": "no-such-tag"})
     apply(control_plane, *objects)
     try:
 
@@ -237,7 +226,7 @@ def test_an_image_missing_from_the_node_shows_on_the_pod(control_plane) -> None:
 @pytest.mark.usefixtures("operator_release")
 def test_a_memory_limit_too_small_shows_as_oomkilled(control_plane) -> None:
     limits = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "32Mi"}}
-    objects, _ = release_objects(control_plane, release="small-memory", resources=limits)
+    objects = release_objects(release="small-memory", resources=limits)
     apply(control_plane, *objects)
     try:
 

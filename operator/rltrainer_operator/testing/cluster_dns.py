@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import json
 import tempfile
-import urllib.request
 from pathlib import Path
 
-from rltrainer_operator.testing.envtest import ControlPlane, Processes, free_port
+from rltrainer_operator.testing.envtest import ControlPlane, Processes, free_port, http_ok
 
 DOMAIN = "cluster.local"
 NAMESPACE, ACCOUNT = "kube-system", "coredns"
@@ -45,12 +44,20 @@ CLUSTER_ROLE = {
 class ClusterDNS:
     """One CoreDNS serving ``domain`` from ``plane`` on ``address``:53; a context manager."""
 
-    def __init__(self, plane: ControlPlane, binary: Path, *, address: str, domain: str = DOMAIN) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        binary: Path,
+        *,
+        address: str,
+        domain: str = DOMAIN,
+        root: Path | None = None,
+    ) -> None:
         self.plane = plane
         self.binary = Path(binary)
         self.address = address
         self.domain = domain
-        self.root = Path(tempfile.mkdtemp(prefix="coredns-", dir=plane.root))
+        self.root = Path(tempfile.mkdtemp(prefix="coredns-", dir=root or plane.root))
         self._procs = Processes(self.root / "logs")
 
     def start(self) -> ClusterDNS:
@@ -81,7 +88,7 @@ class ClusterDNS:
 """
             )
             self._procs.launch("coredns", [str(self.binary), "-conf", str(corefile)])
-            self._procs.wait("coredns", lambda: _answers(f"http://127.0.0.1:{ready_port}/ready"), 60)
+            self._procs.wait("coredns", lambda: http_ok(f"http://127.0.0.1:{ready_port}/ready"), 60)
         except BaseException:
             self.stop()
             raise
@@ -121,11 +128,3 @@ class ClusterDNS:
             "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
         )
         return self.plane.service_account_kubeconfig(NAMESPACE, ACCOUNT, self.root / "kubeconfig")
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False

@@ -28,6 +28,7 @@ import base64
 import contextlib
 import ctypes
 import datetime
+import fcntl
 import ipaddress
 import json
 import os
@@ -58,6 +59,10 @@ MISSING_ASSETS = (
 )
 #: This etcd is 3.4, which lacks watch progress requests (the API server's defaults need them).
 FEATURE_GATES = "ConsistentListFromCache=false,WatchList=false"
+#: The Services' cluster IPs (the API server's --service-cluster-ip-range); the ``kubernetes``
+#: Service gets its first address.
+SERVICE_CIDR = "10.0.0.0/24"
+KUBERNETES_SERVICE_IP = "10.0.0.1"
 #: Every request's metadata (user, verb, resource, response code), never a body: no secrets.
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "rules": [{"level": "Metadata"}]}
 
@@ -159,14 +164,27 @@ class Processes:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1; a context manager.
+    """etcd + kube-apiserver + kube-controller-manager on this machine; a context manager.
 
     Attributes once started: ``url`` (the API server), ``kubeconfig`` (an admin kubeconfig file,
     in ``system:masters``), ``kubectl`` (the binary), ``root`` (certificates, logs, kubeconfigs).
+
+    ``address``: where the API server listens and what it advertises, 127.0.0.1 by default. A test
+    cluster's pod network gateway (``testing.cluster_network``) makes it a cluster's API server
+    that Pods reach through the ``kubernetes`` Service, as in-cluster clients do: its endpoints
+    are then kept by the API server (the lease reconciler), and its serving certificate names that
+    address and the Service's (``KUBERNETES_SERVICE_IP``, ``kubernetes.default.svc``).
     """
 
-    def __init__(self, assets: Path, root: Path | None = None, start_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        assets: Path,
+        root: Path | None = None,
+        start_timeout_s: float = 120.0,
+        address: str = "127.0.0.1",
+    ) -> None:
         self.assets = Path(assets)
+        self.address = address
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="envtest-") if root is None else root)
         self.start_timeout_s = start_timeout_s
@@ -183,7 +201,7 @@ class ControlPlane:
     def start(self) -> ControlPlane:
         try:
             self._pki.mkdir(parents=True, exist_ok=True)
-            _write_pki(self._pki)
+            _write_pki(self._pki, [self.address, KUBERNETES_SERVICE_IP])
             self._start_etcd()
             self._start_apiserver()
             self._start_controller_manager()
@@ -241,15 +259,18 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         port = free_port()
-        self.url = f"https://127.0.0.1:{port}"
+        self.url = f"https://{self.address}:{port}"
         pki = self._pki
         policy = self.root / "audit-policy.yaml"
+        # On loopback no endpoints can be kept for the `kubernetes` Service (the API server
+        # refuses a loopback endpoint); on a pod network's gateway the lease reconciler keeps them.
+        reconciler = "none" if ipaddress.ip_address(self.address).is_loopback else "lease"
         policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         self._launch(
             "kube-apiserver",
             [
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={port}",
                 f"--etcd-servers={self.etcd_url}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -260,8 +281,8 @@ class ControlPlane:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--endpoint-reconciler-type=none",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--endpoint-reconciler-type={reconciler}",
                 "--allow-privileged=true",
                 # A node's kubelet (testing.node) listens on a loopback address, its Hostname.
                 "--kubelet-preferred-address-types=Hostname,InternalIP",
@@ -439,6 +460,38 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
+def try_lock(path: Path | str) -> Any | None:
+    """An exclusive lock on the file ``path`` (made when missing, never through a link), held
+    until the returned file is closed (or this process ends); None when another process holds it."""
+    descriptor = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    lock = os.fdopen(descriptor, "r+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        return None
+    return lock
+
+
+def run_checked(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 120.0) -> str:
+    """``args``' standard output; ``ControlPlaneError`` with its standard error when it fails."""
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(
+            f"{' '.join(args[:4])} ... failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+        )
+    return done.stdout
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether ``url`` answers 200 (a health or readiness endpoint); False while it cannot be reached."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
 def _get(url: str, context: ssl.SSLContext | None = None) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=3, context=context) as response:
@@ -454,8 +507,9 @@ def _b64(data: bytes) -> str:
 # ------------------------------------------------------------------------------------ certificates
 
 
-def _write_pki(folder: Path) -> None:
-    """A CA; the API server's serving certificate (127.0.0.1, localhost); client certificates for
+def _write_pki(folder: Path, addresses: list[str]) -> None:
+    """A CA; the API server's serving certificate (127.0.0.1, ``addresses``, localhost and the
+    ``kubernetes`` Service's names); client certificates for
     the admin (``system:masters``) and the controller-manager; the service-account key pair."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -522,9 +576,12 @@ def _write_pki(folder: Path) -> None:
     certificate("ca", ca_key, ca_name, None)
     ca = (ca_name, ca_key)
     sans = [
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        *(x509.IPAddress(ipaddress.ip_address(a)) for a in dict.fromkeys(["127.0.0.1", *addresses])),
         x509.DNSName("localhost"),
+        x509.DNSName("kubernetes"),
+        x509.DNSName("kubernetes.default"),
         x509.DNSName("kubernetes.default.svc"),
+        x509.DNSName("kubernetes.default.svc.cluster.local"),
     ]
     certificate(
         "apiserver",

@@ -19,14 +19,13 @@ what it created stays until its RayClusters are deleted (the garbage collector o
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rltrainer_operator.testing import parts
-from rltrainer_operator.testing.envtest import ControlPlane, Processes, free_port
+from rltrainer_operator.testing.envtest import ControlPlane, Processes, free_port, http_ok
 
 NAMESPACE, ACCOUNT = "kuberay-system", "kuberay-operator"
 #: The chart's ``featureGates`` defaults for v1.6 (helm-chart/kuberay-operator/values.yaml).
@@ -99,7 +98,7 @@ class KubeRayOperator:
             self._procs.launch("kuberay-operator", args, env={"KUBECONFIG": str(kubeconfig), **self.env})
             self._procs.wait(
                 "kuberay-operator",
-                lambda: _answers(f"http://127.0.0.1:{probe_port}/readyz"),
+                lambda: http_ok(f"http://127.0.0.1:{probe_port}/readyz"),
                 self.ready_timeout_s,
             )
         except BaseException:
@@ -159,11 +158,3 @@ class KubeRayOperator:
         )
         self.root.mkdir(parents=True, exist_ok=True)
         return self.plane.service_account_kubeconfig(NAMESPACE, ACCOUNT, self.root / "kubeconfig")
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False

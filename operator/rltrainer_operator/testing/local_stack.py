@@ -34,6 +34,7 @@ import shlex
 import shutil
 import signal
 import socket
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ import kubernetes
 
 from rltrainer_operator.testing import kuberay as real_kuberay
 from rltrainer_operator.testing import parts
+from rltrainer_operator.testing.cluster_network import ClusterNetwork
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from rltrainer_operator.testing.kuberay import KubeRayOperator
 from rltrainer_operator.testing.local_kuberay import LocalKubeRay
@@ -80,11 +82,24 @@ def install_crds(plane: ControlPlane) -> None:
     plane.install_crds(RLX_CRD)
 
 
-def two_nodes(plane: ControlPlane, image_store: Path | None = None) -> list[Any]:
-    """A CPU node (with the scheduler and the cluster's DNS) and a GPU node (``GPU_NODE``: one
-    ``nvidia.com/gpu`` advertised, GPU feature discovery's label, the GPU taint) on one pod
-    network, started on ``plane``. ``image_store``: a folder under which each node keeps its
-    images between runs."""
+def cluster_network(plane: ControlPlane, network: ClusterNetwork) -> ClusterNetwork:
+    """``network``'s add-ons for ``plane``: CoreDNS (``make parts``) and kube-proxy (the node
+    binaries'), unless another test session on this machine runs kube-proxy (then without)."""
+    from rltrainer_operator.testing.node import KUBE_PROXY, find_node_assets
+
+    network.start_dns(plane, parts.build("coredns"))
+    if not network.start_service_proxy(plane, find_node_assets() / KUBE_PROXY, "localhost"):
+        logger.warning("another test cluster on this machine runs kube-proxy: Services are not routed here")
+    return network
+
+
+def two_nodes(
+    plane: ControlPlane, image_store: Path | None = None, network: ClusterNetwork | None = None
+) -> list[Any]:
+    """A CPU node (with the scheduler) and a GPU node (``GPU_NODE``: one ``nvidia.com/gpu``
+    advertised, GPU feature discovery's label, the GPU taint) on ``network`` (with its add-ons;
+    None: one of the CPU node's own, with cluster DNS), started on ``plane``. ``image_store``: a
+    folder under which each node keeps its images between runs."""
     from rltrainer_operator.testing.node import Node, find_node_assets, missing_node_requirements
 
     missing = missing_node_requirements()
@@ -94,7 +109,8 @@ def two_nodes(plane: ControlPlane, image_store: Path | None = None) -> list[Any]
     stores = (
         (None, None) if image_store is None else (image_store / "containerd", image_store / "containerd-gpu")
     )
-    cpu = Node(plane, assets, image_store=stores[0], cluster_dns=parts.build("coredns")).start()
+    dns = None if network is not None else parts.build("coredns")
+    cpu = Node(plane, assets, image_store=stores[0], network=network, cluster_dns=dns).start()
     try:
         gpu = gpu_node(plane, assets, cpu, stores[1]).start()
     except BaseException:
@@ -164,6 +180,7 @@ class LocalStack:
         self.kuberay: LocalKubeRay | RayPods | None = None
         self.kuberay_operator = kuberay_operator
         self._own_kuberay_operator = kuberay_operator is None
+        self.network: ClusterNetwork | None = None
         self.s3_endpoint: str | None = None
         self._moto: Any = None
 
@@ -177,11 +194,18 @@ class LocalStack:
                 assets = find_assets()
                 if assets is None:
                     raise RuntimeError(MISSING_ASSETS)
-                self.plane = ControlPlane(assets).start()
+                if self._start_nodes:  # the API server on the pod network: Pods reach it
+                    self.network = ClusterNetwork(Path(tempfile.mkdtemp(prefix="network-"))).open()
+                address = self.network.gateway if self.network else "127.0.0.1"
+                self.plane = ControlPlane(assets, address=address).start()
                 install_crds(self.plane)
             if self._start_nodes:
-                self._own_nodes = two_nodes(self.plane, self.image_store)
+                if self.network is not None:
+                    cluster_network(self.plane, self.network)
+                self._own_nodes = two_nodes(self.plane, self.image_store, self.network)
                 self.nodes = list(self._own_nodes)
+                if self.network is not None and self.network.service_proxy:
+                    self.network.wait_for_service_proxy()
             if self.nodes and self.images:
                 from rltrainer_operator.testing.node import import_images
 
@@ -240,6 +264,9 @@ class LocalStack:
             self.api_client.close()
         for node in reversed(self._own_nodes):  # a node joining another's network stops first
             node.stop()
+        if self.network is not None:  # its add-ons, kube-proxy's rules, the bridge, the lock
+            self.network.close()
+            shutil.rmtree(self.network.root, ignore_errors=True)
         if self.plane is not None and self._own_plane:
             self.plane.stop()
         if self._moto is not None:

@@ -19,7 +19,6 @@ runc and no ulimits (``images/containers.conf``).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrainer_operator.testing.cluster_dns import ClusterDNS
+from rltrainer_operator.testing.cluster_network import POD_NETWORK_SLOTS, ClusterNetwork
 from rltrainer_operator.testing.envtest import (
     REPO,
     SHARED_ENVTEST,
@@ -38,6 +38,8 @@ from rltrainer_operator.testing.envtest import (
     ControlPlaneError,
     Processes,
     free_port,
+    run_checked,
+    try_lock,
 )
 
 #: The Debian packages a node needs (tests/system-packages.txt lists them for `make system-deps`).
@@ -57,8 +59,8 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 #: podman's settings for this kind of machine (runc, no ulimits raised).
 CONTAINERS_CONF = REPO / "images" / "containers.conf"
 NETNS_DIR = Path("/var/run/netns")
-#: Nodes that can share one pod network (its /24 split in as many address ranges).
-POD_NETWORK_SLOTS = 4
+#: The node binaries (``NODE_ASSETS``) beside the kubelet and the scheduler.
+KUBE_PROXY = "kube-proxy"
 #: The ConfigMap MicroShift's API server adds to every service-account token volume.
 SERVICE_CA_CONFIG_MAP = "openshift-service-ca.crt"
 
@@ -109,9 +111,11 @@ class Node:
     ``--node-labels`` and ``--register-with-taints``. ``image_store``: a folder for containerd's
     content and snapshots that outlives the node (imported images stay imported), used only while
     this node holds its lock; None, or a store another node holds: one inside ``root``.
-    ``network``: another node whose pod network this one joins (one bridge, one /24, each node
-    handing out its own part of it), so Pods on both reach each other directly, as on a cluster's
-    flat pod network, with no forwarding between bridges.
+    ``network``: the ``ClusterNetwork`` this node joins (its Pods get their own part of the /24,
+    so Pods on every node reach each other directly, as on a cluster's flat pod network, and the
+    network's cluster DNS and Service routes), or another node whose network it joins; None: a
+    network of the node's own, with CoreDNS as its cluster DNS when ``cluster_dns`` (the binary)
+    is given and kube-proxy when ``service_proxy`` (the binary) is.
     """
 
     def __init__(
@@ -127,8 +131,9 @@ class Node:
         taints: list[str] | None = None,
         root: Path | None = None,
         image_store: Path | None = None,
-        network: Node | None = None,
+        network: Node | ClusterNetwork | None = None,
         cluster_dns: Path | None = None,
+        service_proxy: Path | None = None,
         ready_timeout_s: float = 120.0,
     ) -> None:
         self.plane = plane
@@ -143,16 +148,13 @@ class Node:
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix=f"node-{name}-") if root is None else root)
         self.socket = self.root / "containerd.sock"
-        self.pod_cidr = ""
-        self.bridge = ""
-        self.gateway = ""
-        self.network = network
+        self._joins = network
+        self.net: ClusterNetwork | None = None
+        self._own_net = False
         self._coredns = None if cluster_dns is None else Path(cluster_dns)
-        self.dns: ClusterDNS | None = None
+        self._kube_proxy = None if service_proxy is None else Path(service_proxy)
         self._slot = 0  # which part of the /24 this node's Pods get (nodes sharing one network)
-        self._sharers = 0
         self._procs = Processes(self.root / "logs", new_session=True)
-        self._lock: Any = None
         self._store_lock: Any = None
         self._publisher: threading.Thread | None = None
         self._stop_publisher = threading.Event()
@@ -166,9 +168,7 @@ class Node:
         started = time.monotonic()
         try:
             (self.root / "logs").mkdir(parents=True, exist_ok=True)
-            self._reserve_network()
-            if self._coredns is not None and self.network is None:
-                self.dns = ClusterDNS(self.plane, self._coredns, address=self.gateway).start()
+            self._join_network()
             self._netns_before = _netns()
             self._start_containerd()
             self._ensure_pause_image()
@@ -177,6 +177,8 @@ class Node:
                 self._start_service_ca_publisher()
             self._start_kubelet()
             self._wait_ready()
+            if self._own_net and self.net.service_proxy:
+                self.net.wait_for_service_proxy()
             if self.capacity:
                 self._advertise(self.capacity)
         except BaseException:
@@ -199,14 +201,12 @@ class Node:
         if "containerd" in self._procs:
             self._remove_containers()
         self._procs.end("containerd")
-        if self.dns is not None:
-            self.dns.stop()
-            self.dns = None
         self._remove_leftovers()
-        for lock in (self._lock, self._store_lock):
-            if lock is not None:
-                lock.close()
-        self._lock = self._store_lock = None
+        if self.net is not None and self._own_net:
+            self.net.close()
+        if self._store_lock is not None:
+            self._store_lock.close()
+        self._store_lock = None
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -258,43 +258,40 @@ class Node:
     def log_tail(self, name: str, lines: int = 20) -> str:
         return self._procs.log_tail(name, lines)
 
-    def _reserve_network(self) -> None:
-        """The first /24 of 10.244.0.0/16 whose lock this process can take and that no route uses
-        (or the ``network`` node's), and its bridge with the gateway address: servers that Pods
-        must reach (S3) can bind ``gateway`` before the first Pod starts."""
-        if self.network is not None:
-            owner = self.network
-            if not owner.bridge:
-                raise ControlPlaneError(f"node {owner.name} has no pod network yet: start it first")
-            owner._sharers += 1
-            self._slot = owner._sharers
-            if self._slot >= POD_NETWORK_SLOTS:
-                raise ControlPlaneError(f"at most {POD_NETWORK_SLOTS} nodes share one pod network")
-            self.pod_cidr, self.bridge, self.gateway = owner.pod_cidr, owner.bridge, owner.gateway
-            return
-        self._claim_network()
-        # A bridge of this name outlived a killed run (we hold its lock now): start afresh.
-        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
-        _run(["ip", "link", "add", "name", self.bridge, "type", "bridge"])
-        _run(["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge])
-        _run(["ip", "link", "set", self.bridge, "up"])
+    @property
+    def pod_cidr(self) -> str:
+        return self.net.pod_cidr if self.net else ""
 
-    def _claim_network(self) -> None:
-        routes = _run(["ip", "-o", "route"])
-        for k in range(256):
-            lock = open(f"/tmp/rltrainer-node-net-{k}.lock", "w")  # noqa: SIM115 - held while the node lives
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                lock.close()
-                continue
-            if f"10.244.{k}.0/24" in routes:
-                lock.close()
-                continue
-            self._lock, self.pod_cidr, self.bridge = lock, f"10.244.{k}.0/24", f"rltnode{k}"
-            self.gateway = f"10.244.{k}.1"
-            return
-        raise ControlPlaneError("no free pod network in 10.244.0.0/16")
+    @property
+    def bridge(self) -> str:
+        return self.net.bridge if self.net else ""
+
+    @property
+    def gateway(self) -> str:
+        """The pod network's gateway: an address of this machine that Pods reach (servers that
+        Pods must reach, such as S3, bind it)."""
+        return self.net.gateway if self.net else ""
+
+    @property
+    def dns(self) -> ClusterDNS | None:
+        return self.net.dns if self.net else None
+
+    def _join_network(self) -> None:
+        """The network given (or that of the node given), else one of this node's own with the
+        add-ons asked for; then this node's part of its /24."""
+        if isinstance(self._joins, Node):
+            if self._joins.net is None:
+                raise ControlPlaneError(f"node {self._joins.name} has no pod network yet: start it first")
+            self.net = self._joins.net
+        elif isinstance(self._joins, ClusterNetwork):
+            self.net = self._joins
+        else:
+            self.net, self._own_net = ClusterNetwork(self.root).open(), True
+            if self._coredns is not None:
+                self.net.start_dns(self.plane, self._coredns)
+            if self._kube_proxy is not None:
+                self.net.start_service_proxy(self.plane, self._kube_proxy, self.name)
+        self._slot = self.net.take_slot()
 
     def _start_containerd(self) -> None:
         (self.root / "cni").mkdir(exist_ok=True)
@@ -333,6 +330,7 @@ state = "{self.root}/containerd-state"
                         "type": "host-local",
                         "ranges": [[{"subnet": self.pod_cidr, **self._address_range()}]],
                         "dataDir": str(self.root / "cni-ipam"),
+                        "routes": self.net.pod_routes(),
                     },
                 },
                 {"type": "portmap", "capabilities": {"portMappings": True}},
@@ -356,14 +354,8 @@ state = "{self.root}/containerd-state"
         if store is None:
             return None
         store.mkdir(parents=True, exist_ok=True)
-        lock = open(store.parent / f"{store.name}.lock", "w")  # noqa: SIM115 - held while the node lives
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            return None
-        self._store_lock = lock
-        return store
+        self._store_lock = try_lock(store.parent / f"{store.name}.lock")
+        return store if self._store_lock is not None else None
 
     def _ensure_pause_image(self) -> None:
         """The sandbox image: busybox sleeping forever, tagged as the pause image containerd wants."""
@@ -494,9 +486,9 @@ state = "{self.root}/containerd-state"
         self._procs.launch("kubelet", args)
 
     def _dns_settings(self) -> dict[str, Any]:
-        """The kubelet's cluster DNS: this node's CoreDNS, or that of the node whose network it
-        joined (Pods then resolve ``<service>.<namespace>.svc.cluster.local``)."""
-        dns = self.dns or (self.network.dns if self.network is not None else None)
+        """The kubelet's cluster DNS: its network's CoreDNS (Pods then resolve
+        ``<service>.<namespace>.svc.cluster.local``)."""
+        dns = self.dns
         return {} if dns is None else {"clusterDNS": [dns.address], "clusterDomain": dns.domain}
 
     def _wait_ready(self) -> None:
@@ -548,7 +540,7 @@ state = "{self.root}/containerd-state"
         return done.stdout.split() if done.returncode == 0 else []
 
     def _remove_leftovers(self) -> None:
-        """The kubelet's volume mounts, the sandboxes' network namespaces and the bridge."""
+        """The kubelet's volume mounts and the sandboxes' network namespaces."""
         mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
         for mount in sorted((m for m in mounts if m.startswith(f"{self.root}/")), reverse=True):
             subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
@@ -556,8 +548,6 @@ state = "{self.root}/containerd-state"
             if name.startswith("cni-"):
                 subprocess.run(["umount", "-l", str(NETNS_DIR / name)], capture_output=True, check=False)
                 (NETNS_DIR / name).unlink(missing_ok=True)
-        if self.bridge and self.network is None:  # a node joining another's network leaves it
-            subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
 
 
 def kill_container(socket: Path | str, container_id: str, signal: str = "SIGKILL") -> None:
@@ -616,9 +606,4 @@ def _ok(args: list[str]) -> bool:
 
 
 def _run(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 120.0) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise ControlPlaneError(
-            f"{' '.join(args[:4])} ... failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
-        )
-    return done.stdout
+    return run_checked(args, env=env, timeout=timeout)
