@@ -99,21 +99,12 @@ class ClusterNetwork:
             self._lock = self._proxy_lock = None
             self.service_proxy = False
 
-    def _outsiders_refused(self) -> list[str]:
-        """An INPUT rule: nothing reaches the gateway but from this machine and the bridge."""
+    def _gateway_rules(self) -> list[list[str]]:
+        """INPUT rules: the gateway is reached from this machine (``lo``, Service traffic that
+        kube-proxy sent there included) and from the bridge's Pods, from nowhere else."""
         return [
-            "-d",
-            self.gateway,
-            "!",
-            "-i",
-            self.bridge,
-            "-m",
-            "addrtype",
-            "!",
-            "--src-type",
-            "LOCAL",
-            "-j",
-            "DROP",
+            ["-d", self.gateway, "!", "-i", self.bridge, "-j", "DROP"],
+            ["-d", self.gateway, "-i", "lo", "-j", "ACCEPT"],
         ]
 
     def __enter__(self) -> ClusterNetwork:
