@@ -17,7 +17,6 @@ EndpointSlices, Pods and Namespaces), so its RBAC is exercised too.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -107,24 +106,4 @@ class ClusterDNS:
         return self._procs.log_tail("coredns", lines)
 
     def _identity(self) -> Path:
-        account = {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": ACCOUNT, "namespace": NAMESPACE},
-        }
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "system:coredns"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "system:coredns",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
-        }
-        items = [account, CLUSTER_ROLE, binding]
-        self.plane.kubectl_run(
-            "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
-        )
-        return self.plane.service_account_kubeconfig(NAMESPACE, ACCOUNT, self.root / "kubeconfig")
+        return self.plane.cluster_role_kubeconfig(NAMESPACE, ACCOUNT, CLUSTER_ROLE, self.root / "kubeconfig")

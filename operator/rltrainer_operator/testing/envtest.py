@@ -390,6 +390,33 @@ class ControlPlane:
             path, f"system:serviceaccount:{namespace}:{name}", token=answer["status"]["token"]
         )
 
+    def cluster_role_kubeconfig(self, namespace: str, account: str, role: dict[str, Any], path: Path) -> Path:
+        """A component's identity as its manifests give it: the ServiceAccount ``namespace/account``
+        (and its namespace), the ClusterRole ``role`` bound to it by a ClusterRoleBinding of the
+        role's name, and a kubeconfig acting as that account (``service_account_kubeconfig``)."""
+        name = role["metadata"]["name"]
+        objects = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": namespace},
+            },
+            role,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+            },
+        ]
+        self.kubectl_run(
+            "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return self.service_account_kubeconfig(namespace, account, path)
+
     # ------------------------------------------------------------------------------------- helpers
 
     def kubectl_run(

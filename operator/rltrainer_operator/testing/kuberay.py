@@ -137,24 +137,4 @@ class KubeRayOperator:
         """The chart's ServiceAccount and ClusterRole (from the module), and a kubeconfig for it."""
         role = yaml.safe_load((parts.module_dir("kuberay") / "config" / "rbac" / "role.yaml").read_text())
         role["metadata"]["name"] = ACCOUNT
-        objects = [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": {"name": ACCOUNT, "namespace": NAMESPACE},
-            },
-            role,
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": ACCOUNT},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ACCOUNT},
-                "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
-            },
-        ]
-        self.plane.kubectl_run(
-            "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
-        )
-        self.root.mkdir(parents=True, exist_ok=True)
-        return self.plane.service_account_kubeconfig(NAMESPACE, ACCOUNT, self.root / "kubeconfig")
+        return self.plane.cluster_role_kubeconfig(NAMESPACE, ACCOUNT, role, self.root / "kubeconfig")

@@ -41,11 +41,11 @@ from typing import Any
 
 import kubernetes
 
-from rltrainer_operator.testing import kuberay as real_kuberay
 from rltrainer_operator.testing import parts
 from rltrainer_operator.testing.cluster_network import ClusterNetwork
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from rltrainer_operator.testing.kuberay import KubeRayOperator
+from rltrainer_operator.testing.kuberay import install_crds as install_kuberay_crds
 from rltrainer_operator.testing.local_kuberay import LocalKubeRay
 from rltrainer_operator.testing.ray_pods import RayPods
 
@@ -78,7 +78,7 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 def install_crds(plane: ControlPlane) -> None:
     """KubeRay's CRDs (its module's own) and the RLExperiment CRD, as users install them."""
-    real_kuberay.install_crds(plane)
+    install_kuberay_crds(plane)
     plane.install_crds(RLX_CRD)
 
 
