@@ -39,6 +39,21 @@ VECTOR_ISAS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "avx")
 #: AVX-512 machine compute as an AVX2-only one would (most cloud CPUs).
 ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
 
+#: Each cap's value per ``--cpu-caps`` choice, as each library spells it.
+CAP_VALUES = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+}
+
+
+def capped_env(caps: str | None) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """The environment for a benchmark's child processes with ``caps`` (a key of ``CAP_VALUES``)
+    on the vector instructions, and the variables it set; ``(None, None)`` for no caps (the
+    children inherit this process's environment as it is)."""
+    if caps is None:
+        return None, None
+    variables = CAP_VALUES[caps]
+    return {**os.environ, **variables}, dict(variables)
+
 
 def machine() -> dict[str, Any]:
     """What a figure was measured on: the CPU's model, its cores and best vector instructions

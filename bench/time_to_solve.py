@@ -9,6 +9,11 @@ of the final policy must reach it too. Each seed runs in a fresh process.
 The config comes from the tuned example in ``tuned_examples/`` whose ``run`` and ``env`` match,
 and so does the budget: its ``stop.timesteps_total`` (ES and ARS need 3M steps on CartPole,
 PPO 300k); ``--budget`` overrides it.
+
+``--cpu-caps avx2`` runs every seed's process with oneDNN, ATen and MKL capped at AVX2
+(``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``): an AVX-512
+machine then computes as an AVX2-only one would, float results included. The JSON line
+records the variables set as ``cpu_caps``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-from bench.common import find_tuned_example, run_seed, summarize_seeds
+from bench.common import CAP_VALUES, capped_env, find_tuned_example, run_seed, summarize_seeds
 
 #: BENCHMARKS.md's target per env, and the budget for a tuned example that sets none.
 TARGETS = {"CartPole-v1": (475.0, 300_000), "Pendulum-v1": (-200.0, 50_000)}
@@ -30,7 +35,7 @@ def tuned_budget(spec: dict[str, Any], env: str) -> int | None:
     return int(steps) if steps is not None else TARGETS.get(env, (None, None))[1]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -43,7 +48,12 @@ def main() -> None:
     parser.add_argument(
         "--budget", type=int, help="env steps; default: the tuned example's stop.timesteps_total"
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--cpu-caps",
+        choices=sorted(CAP_VALUES),
+        help="cap torch's CPU kernels (oneDNN, ATen, MKL) at this instruction set in every seed's process",
+    )
+    args = parser.parse_args(argv)
 
     path, spec = find_tuned_example(args.algo, args.env)
     target = args.target if args.target is not None else TARGETS.get(args.env, (None, None))[0]
@@ -51,7 +61,11 @@ def main() -> None:
     if target is None or budget is None:
         raise SystemExit(f"no default target/budget for {args.env}: pass --target and --budget")
     config = {**spec.get("config", {}), **json.loads(args.config)}
-    print(f"{args.algo} on {args.env}: target {target}, budget {budget} steps, config from {path.name}")
+    child_env, caps = capped_env(args.cpu_caps)
+    capped = f", kernels capped at {args.cpu_caps}" if caps else ""
+    print(
+        f"{args.algo} on {args.env}: target {target}, budget {budget} steps, config from {path.name}{capped}"
+    )
 
     runs = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -72,8 +86,8 @@ def main() -> None:
             "--budget",
             str(budget),
         ]
-        runs.append(run_seed(command, seed))
-    summarize_seeds(runs, algo=args.algo, env=args.env)
+        runs.append(run_seed(command, seed, env=child_env))
+    summarize_seeds(runs, algo=args.algo, env=args.env, **({"cpu_caps": caps} if caps else {}))
 
 
 if __name__ == "__main__":

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 
-from bench.common import VECTOR_ISAS, machine, print_json_line
+from bench.common import ISA_CAPS, VECTOR_ISAS, capped_env, machine, print_json_line, run_seed
 
 
 def test_json_line_names_the_machine(
@@ -37,3 +39,50 @@ def test_each_tuned_example_carries_its_time_to_solve_budget(algo: str, env: str
 
     _, spec = find_tuned_example(algo, env)
     assert tuned_budget(spec, env) == budget
+
+
+def test_cpu_caps_reach_every_seeds_process(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bench.time_to_solve --cpu-caps avx2`` sets the three caps in each seed's environment
+    (and nowhere else) and records them in its JSON line; without it the seeds inherit ours."""
+    import bench.time_to_solve as time_to_solve
+
+    envs: list[dict[str, str] | None] = []
+
+    def fake_run_seed(_command: list[str], _seed: int, env: dict[str, str] | None = None) -> dict:
+        envs.append(env)
+        return {"seconds": 1.0, "steps": 100, "solved": True}
+
+    monkeypatch.setattr(time_to_solve, "run_seed", fake_run_seed)
+    for cap in ISA_CAPS:
+        monkeypatch.delenv(cap, raising=False)
+    time_to_solve.main(["--algo", "TD3", "--env", "Pendulum-v1", "--seeds", "2", "--cpu-caps", "avx2"])
+    expected = {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    }
+    assert len(envs) == 2
+    for env in envs:
+        assert env is not None and {cap: env[cap] for cap in ISA_CAPS} == expected
+        assert env["PATH"] == os.environ["PATH"]  # the rest of the environment is inherited
+    assert all(cap not in os.environ for cap in ISA_CAPS)  # this process stays uncapped
+    figures = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert figures["cpu_caps"] == expected and figures["solved"] == 2
+
+    envs.clear()
+    time_to_solve.main(["--algo", "TD3", "--env", "Pendulum-v1", "--seeds", "1"])
+    assert envs == [None]
+    assert "cpu_caps" not in json.loads(capsys.readouterr().out.splitlines()[-1])
+
+
+def test_run_seed_hands_the_environment_to_the_child() -> None:
+    """The environment ``run_seed`` is given is the child process's own (a real child)."""
+    child_env, _ = capped_env("avx2")
+    script = (
+        "import json, os, time; print(json.dumps({'stopped_at': time.time(), 'steps': 1, 'solved': True,"
+        " 'train_return': 0.0, 'eval_return': float(os.environ['ATEN_CPU_CAPABILITY'] == 'avx2')}))"
+    )
+    run = run_seed([sys.executable, "-c", script], seed=0, env=child_env)
+    assert run["eval_return"] == 1.0
