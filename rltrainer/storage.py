@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,6 +73,9 @@ def check_storage_options(options: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"unknown storage option {key!r}; allowed: {', '.join(STORAGE_OPTIONS)}")
     return options
 
+
+#: The write probe's object name (an empty object, deleted at once) under an S3 storage_path.
+PROBE_PREFIX = ".rltrainer_probe_"
 
 #: The rule every experiment name follows: it names one folder under ``storage_path``.
 EXPERIMENT_NAME_RULE = (
@@ -127,13 +131,14 @@ def writable_folder(path: str | Path) -> tuple[Path, str | None]:
 def check_storage_path(uri: str | Path, options: dict[str, Any] | None = None) -> None:
     """Make sure ``storage_path`` can be used before training starts, else ``StorageError``
     saying why: a local one must be a folder this process can write to (created if needed);
-    for ``s3://`` the bucket must answer a listing of the prefix with these credentials (a
-    missing bucket, no credentials or an endpoint that is down fail here, not as warnings at
-    every iteration; write permission shows at the first write)."""
+    for ``s3://`` the bucket must answer a listing of the prefix with these credentials, and take
+    (and delete) a small object under it: a missing bucket, missing credentials, a key that may
+    only read or an endpoint that is down fail here, naming the bucket and the S3 call refused,
+    not at the first checkpoint."""
     if is_remote(uri):
         storage = S3Storage(str(uri), options or {})
         try:
-            storage.probe()
+            storage.probe(write=True)
         except StorageError as err:
             raise StorageError(f"storage_path {str(uri)!r} cannot be used: {err}") from None
         return
@@ -329,12 +334,17 @@ class S3Storage(Storage):
         key = self._key(path)
         self._call("delete", path, lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
 
-    def probe(self) -> None:
-        """List at most one key under the prefix: the bucket, credentials and endpoint work."""
+    def probe(self, write: bool = False) -> None:
+        """List at most one key under the prefix: the bucket, credentials and endpoint work. With
+        ``write``, also put an empty object there and delete it: the credentials may write."""
         prefix = f"{self.prefix}/" if self.prefix else ""
         self._call(
             "list", "", lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1)
         )
+        if write:
+            path = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+            self.write_bytes(path, b"")
+            self.delete(path)
 
     def _call(self, verb: str, path: str, operation: Callable[[], T]) -> T:
         """Run ``operation``, retrying transient errors; translate the rest."""
@@ -351,7 +361,7 @@ class S3Storage(Storage):
                 status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
                 if code in ("NoSuchKey", "404", "NotFound"):
                     raise FileNotFoundError(f"{where} does not exist") from None
-                reason = f"{code}: {error.get('Message') or 'HTTP ' + str(status)}"
+                reason = f"{err.operation_name}: {code}: {error.get('Message') or 'HTTP ' + str(status)}"
                 if code not in _TRANSIENT_CODES and status < 500:
                     raise StorageError(f"cannot {verb} {where}: {reason}") from None
             except BotoCoreError as err:

@@ -381,9 +381,9 @@ def test_permanent_errors_fail_at_once_and_retries_are_bounded(s3_endpoint):
     for _ in range(4):
         stubber.add_client_error("get_object", "InternalError", "We encountered an internal error", 500)
     with stubber:
-        with pytest.raises(StorageError, match="cannot write .*: AccessDenied"):
+        with pytest.raises(StorageError, match="cannot write .*: PutObject: AccessDenied"):
             storage.write_bytes("a", b"data")
-        with pytest.raises(StorageError, match="after 4 attempts: InternalError"):
+        with pytest.raises(StorageError, match="after 4 attempts: GetObject: InternalError"):
             storage.read_bytes("a")
     stubber.assert_no_pending_responses()
 
