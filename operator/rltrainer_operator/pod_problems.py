@@ -3,6 +3,7 @@
 KubeRay reports a cluster as not ready and no more; the reasons are on its Pods (labelled
 ``ray.io/cluster=<name>``, with ``ray.io/group`` naming the worker group, ``headgroup`` for the
 head): an image the node does not have and may not pull, a Pod no node can take, a container
+the kubelet cannot create for want of a Secret or key its environment names (the S3 Secret), a container
 killed for memory, one that keeps crashing, a worker that waits in KubeRay's ``wait-gcs-ready``
 init container for a head it cannot reach. ``pod_problems`` reads them from the Pods' status
 (init containers' too), the first of them reaches the experiment as its condition's reason and
@@ -19,6 +20,8 @@ from typing import Any
 
 #: Container waiting reasons the kubelet gives when it cannot get an image.
 IMAGE_PULL_REASONS = frozenset({"ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+#: The kubelet's waiting reason for a container whose environment names a missing Secret, ConfigMap or key.
+CONFIG_ERROR = "CreateContainerConfigError"
 #: KubeRay's label naming a pod's group; its head group's value.
 GROUP_LABEL = "ray.io/group"
 HEAD_GROUP = "headgroup"
@@ -31,7 +34,8 @@ WAIT_FOR_HEAD_S = 90.0
 
 @dataclass(frozen=True)
 class PodProblem:
-    """``reason``: ImagePullFailed, Unschedulable, OOMKilled, CrashLoopBackOff or WaitingForHead."""
+    """``reason``: ImagePullFailed, Unschedulable, CreateContainerConfigError, OOMKilled,
+    CrashLoopBackOff or WaitingForHead."""
 
     reason: str
     group: str
@@ -76,6 +80,13 @@ def _problem(pod: dict[str, Any]) -> PodProblem | None:
             detail = waiting.get("message", "")
             message = f"{where}: image {image} cannot be had ({waiting['reason']})"
             return PodProblem("ImagePullFailed", group, f"{message}: {detail}" if detail else message)
+        if waiting.get("reason") == CONFIG_ERROR:
+            # The kubelet's words name the Secret (or key) and its namespace: `secret "s3" not found`.
+            detail = waiting.get("message", "") or "its configuration cannot be resolved"
+            hint = "; create it, or fix spec.storage.credentialsSecretRef" if "ecret" in detail else ""
+            return PodProblem(
+                CONFIG_ERROR, group, f"{where}: container {name} cannot be created: {detail}{hint}"
+            )
         restarts = int(container.get("restartCount") or 0)
         for ended in (terminated, last):
             if ended.get("reason") == "OOMKilled":

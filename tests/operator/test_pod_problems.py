@@ -179,3 +179,27 @@ def test_oomkilled_on_kuberays_pod_says_the_object_store_counts_against_the_limi
     plain = pod("c-learners-worker-x", "learners", {"containerStatuses": [container]}, memory="256Mi")
     plain["spec"]["containers"][0]["name"] = "ray-worker"
     assert "/dev/shm" not in pod_problems([plain])[0].message
+
+
+def test_a_missing_secret_names_it_and_the_setting_that_does() -> None:
+    """The kubelet's words (``kubelet/kuberuntime``) for an env var from a Secret the namespace
+    lacks, or a key the Secret lacks: the container is never created, the Pod stays Pending."""
+    missing = 'secret "s3-creds" not found'
+    (problem,) = pod_problems([recorded("head", phase="Pending", containerStatuses=[config_error(missing)])])
+    assert problem.reason == "CreateContainerConfigError"
+    assert problem.message.startswith("the head (pod ") and missing in problem.message
+    assert "spec.storage.credentialsSecretRef" in problem.message
+    no_key = "couldn't find key AWS_ACCESS_KEY_ID in Secret rl/s3-creds"
+    (problem,) = pod_problems(
+        [pod("c-rollouts-worker-x", "rollouts", {"containerStatuses": [config_error(no_key)]})]
+    )
+    assert "group rollouts" in problem.message and no_key in problem.message
+
+
+def config_error(message: str) -> dict[str, Any]:
+    reason = "CreateContainerConfigError"
+    return {
+        "name": "ray-worker",
+        "image": "trainer:1",
+        "state": {"waiting": {"reason": reason, "message": message}},
+    }
