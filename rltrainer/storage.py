@@ -74,6 +74,9 @@ def check_storage_options(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+#: How ``check_storage_path`` says an S3 storage_path cannot be used (the operator's condition
+#: reason ``StorageUnusable`` keys on it in the driver's last line).
+STORAGE_UNUSABLE = "cannot be used:"
 #: The write probe's object name (an empty object, deleted at once) under an S3 storage_path.
 PROBE_PREFIX = ".rltrainer_probe_"
 
@@ -140,7 +143,7 @@ def check_storage_path(uri: str | Path, options: dict[str, Any] | None = None) -
         try:
             storage.probe(write=True)
         except StorageError as err:
-            raise StorageError(f"storage_path {str(uri)!r} cannot be used: {err}") from None
+            raise StorageError(f"storage_path {str(uri)!r} {STORAGE_UNUSABLE} {err}") from None
         return
     folder = Path(uri).expanduser()
     try:

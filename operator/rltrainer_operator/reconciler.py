@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from rltrainer.storage import STORAGE_UNUSABLE
 from rltrainer_operator.builders import job as job_builder
 from rltrainer_operator.builders.naming import job_id, raycluster_name
 from rltrainer_operator.builders.ray_token import build_token_secret, ray_token
@@ -451,7 +452,7 @@ class _Step:
             oom = self._ray_oom(cluster, job)
             if oom is not None:
                 return self._restart(oom.reason, f"{oom.message} ({_job_message(job)})", cluster_lost=False)
-            return self._restart("JobFailed", _job_message(job), cluster_lost=False)
+            return self._restart(_job_failure_reason(job), _job_message(job), cluster_lost=False)
         if self._crash_looping():
             return
         self._rescale(cluster, job)
@@ -622,6 +623,14 @@ def _attempt_of(submission_id: str | None) -> int:
         return 0
     tail = submission_id.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else 0
+
+
+def _job_failure_reason(job: JobInfo) -> str:
+    """``StorageUnusable`` when the driver could not use the experiment's S3 folder (the bucket
+    missing, credentials refused, no write permission: its last line names the bucket and the
+    S3 call), else ``JobFailed``."""
+    last = job.message.strip().splitlines()[-1] if job.message.strip() else ""
+    return "StorageUnusable" if "storage_path 's3://" in last and STORAGE_UNUSABLE in last else "JobFailed"
 
 
 def _job_message(job: JobInfo) -> str:

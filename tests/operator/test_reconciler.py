@@ -153,6 +153,25 @@ def test_provisions_runs_and_succeeds(ns, op, kube, kuberay, ray_api):
     assert op.step()["phase"] == "Succeeded" and op.last_outcome.status is None
 
 
+def test_a_driver_that_cannot_use_its_s3_folder_says_so_in_its_own_reason(op, kuberay, ray_api):
+    """The driver refuses its S3 storage_path at build() (check_storage_path): the experiment's
+    condition is StorageUnusable, its message the driver's line naming the bucket and the call."""
+    status = start_running(op, kuberay)
+    line = (
+        "rltrainer: error: storage_path 's3://checkpoints/rl/ml' cannot be used: cannot write "
+        "s3://checkpoints/rl/ml/.rltrainer_probe_1: PutObject: AccessDenied: Access Denied."
+    )
+    ray_api.set(status["jobId"], "FAILED", f"Job entrypoint command failed with exit code 2\n{line}")
+    status = op.step()
+    assert status["phase"] == "Restarting"
+    restarting = condition(status, "Restarting")
+    assert restarting["reason"] == "StorageUnusable"
+    assert (
+        "s3://checkpoints/rl/ml" in restarting["message"]
+        and "PutObject: AccessDenied" in restarting["message"]
+    )
+
+
 def test_failed_job_restarts_from_the_newest_checkpoint(ns, op, kuberay, ray_api):
     status = start_running(op, kuberay)
     cluster_uid = kuberay.get(ns, CLUSTER)["metadata"]["uid"]
