@@ -3,8 +3,9 @@
     python -m bench.platform                      # both, 100 iterations each (as root, after make images)
     python -m bench.platform --modes pods --iterations 60
 
-For each mode, a ``LocalStack`` (a real control plane and moto's S3; ``pods``: two real nodes with
-KubeRay's own operator making the Pods from the trainer image, S3 on the pod network's gateway;
+For each mode, a ``LocalStack`` (a real control plane and a real S3 server, SeaweedFS;
+``pods``: two real nodes with KubeRay's own operator making the Pods from the trainer image, S3
+on the pod network's gateway;
 ``processes``: the ``LocalKubeRay`` stand-in's local Ray processes) and the real operator (kopf,
 1 s poll), then ``kubectl apply`` of PPO on CartPole-v1 with tuned_examples/ppo_cartpole.yaml's
 recipe, 1 learner and 2 rollout workers of half a CPU each (so the pods fit two 2-CPU nodes; the
@@ -96,7 +97,6 @@ def run(mode: str, iterations: int) -> dict[str, Any]:
 
     from rltrainer_operator.settings import Settings
     from rltrainer_operator.testing.local_stack import (
-        FAKE_CREDENTIALS,
         NODE_IMAGE_STORE,
         REGION,
         LocalStack,
@@ -105,11 +105,12 @@ def run(mode: str, iterations: int) -> dict[str, Any]:
     from rltrainer_operator.testing.runner import OperatorRunner
 
     pods = mode == "pods"
-    os.environ.update({**FAKE_CREDENTIALS, "AWS_DEFAULT_REGION": REGION})
     options = (
         {"start_nodes": True, "images": [trainer_image()], "image_store": NODE_IMAGE_STORE} if pods else {}
     )
     stack = LocalStack(s3_bucket=BUCKET, **options).start()
+    # The operator (and this benchmark's reads) with the operator's identity; the pods with theirs.
+    os.environ.update({**stack.s3_credentials("operator"), "AWS_DEFAULT_REGION": REGION})
     os.environ["AWS_ENDPOINT_URL"] = stack.s3_endpoint
     reconciles: list[float] = []
     settings = Settings(poll_interval_s=1, metrics_port=0, ray_token_key="bench-platform-key")
@@ -130,7 +131,9 @@ def run(mode: str, iterations: int) -> dict[str, Any]:
         reconciler.reconcile = reconcile
         plane = stack.plane
         plane.kubectl_run("create", "namespace", "bench")
-        secret = {k: base64.b64encode(v.encode()).decode() for k, v in FAKE_CREDENTIALS.items()}
+        secret = {
+            k: base64.b64encode(v.encode()).decode() for k, v in stack.s3_credentials("trainer").items()
+        }
         kubernetes.client.CoreV1Api(stack.api_client).create_namespaced_secret(
             "bench", {"metadata": {"name": "s3"}, "data": secret}
         )

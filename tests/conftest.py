@@ -124,6 +124,17 @@ def kuberay_crd_files() -> list[Path]:
         pytest.skip(f"KubeRay's CRDs: {err}")
 
 
+def built_part(name: str) -> Path:
+    """A real component's binary (``make parts`` builds them; ``make test`` does when missing);
+    the calling test skips, saying how to build it, without it."""
+    from rltrainer_operator.testing import parts
+
+    found = parts.find(name)
+    if found is None:
+        pytest.skip(f"{name} is not built: `make {name}` (Go and the module proxy)")
+    return found
+
+
 @pytest.fixture(scope="session")
 def shared_ray_cluster():
     """One local Ray cluster (a head node with 4 logical CPUs, on any machine, and the GPUs torch

@@ -1,4 +1,5 @@
-"""End-to-end tests: real local Ray clusters (``LocalKubeRay``), the real operator, moto's S3.
+"""End-to-end tests: real local Ray clusters (``LocalKubeRay``), the real operator, a real S3
+server (SeaweedFS; moto's only where a test injects a fault that only moto can, and says so).
 
 All are marked ``e2e``. A plain ``pytest`` (``make test``) runs only those marked
 ``in_make_test``: the journey, shortened (it trains a fixed number of iterations instead of

@@ -2,9 +2,10 @@
 
 The Kubernetes API is a real control plane (``testing/envtest.py``: kube-apiserver, etcd and
 the controller-manager's garbage collector), KubeRay is ``LocalKubeRay`` (real local Ray
-clusters), S3 is moto's server, and the operator is the real kopf runtime with the real
-handlers. Experiments are applied with ``kubectl apply``; the driver is submitted through Ray's
-real job API and runs the real ``rltrainer``.
+clusters), S3 is a real S3 server (SeaweedFS, ``testing.s3_server``: the operator reads with
+its own read-only identity, the pods write with theirs), and the operator is the real kopf
+runtime with the real handlers. Experiments are applied with ``kubectl apply``; the driver is
+submitted through Ray's real job API and runs the real ``rltrainer``.
 
 The same journeys run on real Pods (``tests/node/test_platform_on_pods.py``): a ``Platform``
 whose stack runs on nodes passes each spec through ``adapt`` (image, pod sizes, placement) and
@@ -34,9 +35,11 @@ from bench.offline import EXPERT_SETTINGS
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.builders.raycluster import worker_replicas
 from rltrainer_operator.settings import Settings
-from rltrainer_operator.testing.local_stack import FAKE_CREDENTIALS, REGION, LocalStack
+from rltrainer_operator.testing.local_stack import REGION, LocalStack
 from rltrainer_operator.testing.node import missing_node_requirements
 from rltrainer_operator.testing.runner import OperatorRunner
+from rltrainer_operator.testing.s3_server import UNMADE_BUCKET
+from tests.conftest import built_part
 from tests.e2e.helpers import MERGE, get_raycluster, wait_for
 
 BUCKET = "rl-checkpoints"
@@ -153,10 +156,13 @@ class Platform:
     def wait_phase(self, phase: str, name: str, namespace: str, timeout_s: float) -> dict[str, Any]:
         return self.wait(f"phase {phase}", name, namespace, lambda s: s.get("phase") == phase, timeout_s)
 
-    def credentials_secret(self, namespace: str) -> None:
+    def credentials_secret(self, namespace: str, identity: str = "trainer", name: str = "s3-creds") -> None:
+        """The pods' S3 Secret: the keys of one of the S3 server's identities (the pods' own,
+        ``trainer``, unless a test gives them another)."""
         self.namespace(namespace)
-        data = {key: base64.b64encode(value.encode()).decode() for key, value in FAKE_CREDENTIALS.items()}
-        self.core.create_namespaced_secret(namespace, {"metadata": {"name": "s3-creds"}, "data": data})
+        credentials = self.stack.s3_credentials(identity)
+        data = {key: base64.b64encode(value.encode()).decode() for key, value in credentials.items()}
+        self.core.create_namespaced_secret(namespace, {"metadata": {"name": name}, "data": data})
 
 
 def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -175,15 +181,16 @@ def running_platform(
 ):
     """The operator (watching every namespace) on ``stack`` (not started yet): a ``Platform``,
     stopped after, with nothing of Ray's left behind."""
-    # The operator reads progress with its own identity: the environment's (the chart's) credentials.
-    for key, value in {**FAKE_CREDENTIALS, "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(key, value)
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "RAY_ADDRESS"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
     stack.start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", stack.s3_endpoint)  # for the rltrainer CLI calls below
+    # The operator reads progress with its own identity (the chart's credentials: read only), and
+    # so do this test's rltrainer CLI calls and S3 listings; the pods write with theirs (their Secret).
+    for key, value in {**stack.s3_credentials("operator"), "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", stack.s3_endpoint)
     settings = Settings(
         poll_interval_s=1,
         backoff_base_s=2,
@@ -227,7 +234,8 @@ def clear_experiments(stack: LocalStack) -> None:
 
 @pytest.fixture
 def platform(monkeypatch):
-    """Real control plane + local KubeRay + moto S3 + the operator (watching every namespace)."""
+    """Real control plane + local KubeRay + SeaweedFS S3 + the operator (watching every namespace)."""
+    built_part("seaweedfs")
     with running_platform(monkeypatch, LocalStack(s3_bucket=BUCKET)) as started:
         yield started
 
@@ -503,6 +511,73 @@ def test_side_by_side_suspend_resume_and_delete(platform):
     beta_iterations = checkpoint_iterations(f"s3://{BUCKET}/small/beta/{name}")
     assert beta_iterations and beta_iterations[-1] < 1000
     wait_for("alpha's processes gone", lambda: not platform.kuberay.processes("alpha", cluster), 60)
+
+
+#: Experiments whose S3 access cannot work, on the real S3 server: what each one's condition
+#: names (the bucket, the S3 call, the server's answer). ``missing-secret`` only on real Pods:
+#: the kubelet refuses to create a container whose environment names a Secret that is not there.
+S3_REFUSALS = {
+    "wrong-secret": ("StorageUnusable", [f"s3://{BUCKET}/refused", "ListObjectsV2: SignatureDoesNotMatch"]),
+    "read-only": ("StorageUnusable", [f"s3://{BUCKET}/refused", "PutObject: AccessDenied"]),
+    "no-bucket": ("StorageUnusable", [f"s3://{UNMADE_BUCKET}/refused", "ListObjectsV2: NoSuchBucket"]),
+    "missing-secret": ("CreateContainerConfigError", ['secret "absent-secret" not found']),
+}
+
+
+def s3_refusals(platform: Platform, namespace: str, on_pods: bool) -> None:
+    """Each of ``S3_REFUSALS`` at once, with the pods' Secret holding the wrong keys, or keys of
+    an identity that may only read, a bucket that does not exist, or no Secret at all: each
+    experiment says so in its condition before training a single iteration, and nothing is left
+    in S3 (no partial checkpoint, no probe object)."""
+    stack = platform.stack
+    platform.credentials_secret(namespace, "reader", name="reader-keys")
+    wrong = {**stack.s3_credentials("trainer"), "AWS_SECRET_ACCESS_KEY": "not-the-secret-key"}
+    platform.core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "wrong-keys"},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in wrong.items()},
+        },
+    )
+    platform.credentials_secret(namespace)  # the right keys, for the missing bucket
+    secrets = {"wrong-secret": "wrong-keys", "read-only": "reader-keys", "missing-secret": "absent-secret"}
+    cases = [name for name in S3_REFUSALS if on_pods or name != "missing-secret"]
+    for name in cases:
+        spec = small_experiment(stack, iterations=3)
+        bucket = UNMADE_BUCKET if name == "no-bucket" else BUCKET
+        spec["checkpoint"]["uri"] = f"s3://{bucket}/refused"
+        spec["storage"]["credentialsSecretRef"] = {"name": secrets.get(name, "s3-creds")}
+        spec = merged(
+            spec,
+            {"rollouts": {"replicas": 0}, "head": {"cpu": "250m"}, "faultTolerance": {"backoffLimit": 2}},
+        )
+        platform.apply(name, namespace, spec)
+    for name in cases:
+        reason, words = S3_REFUSALS[name]
+        status = wait_for(
+            f"{name}: condition {reason}",
+            lambda name=name, reason=reason: (
+                (s := platform.status(name, namespace))
+                and any(c.get("reason") == reason for c in s.get("conditions") or [])
+                and s
+            ),
+            300,
+        )
+        message = status["message"]
+        assert all(word in message for word in words), (name, message)
+        assert not status.get("iteration"), (name, status)  # refused before the first iteration
+        assert stack.s3.identity("trainer").secret_key not in json.dumps(status)
+    admin = stack.s3.client("admin")
+    left = admin.list_objects_v2(Bucket=BUCKET, Prefix="refused/").get("Contents", [])
+    assert not left, [item["Key"] for item in left]
+    platform.stack.plane.kubectl_run(
+        "delete", "rlexperiments", "--all", "-n", namespace, "--wait=true", "--timeout=120s"
+    )
+
+
+@pytest.mark.timeout(600)
+def test_s3_that_refuses_the_pods_is_named(platform):
+    s3_refusals(platform, "s3-refused", on_pods=False)
 
 
 def s3_objects(stack: LocalStack, prefix: str) -> dict[str, float]:

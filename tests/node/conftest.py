@@ -31,12 +31,12 @@ from pathlib import Path
 
 import pytest
 
-from rltrainer_operator.testing import local_stack, parts
+from rltrainer_operator.testing import local_stack
 from rltrainer_operator.testing.cluster_network import ClusterNetwork
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from rltrainer_operator.testing.kuberay import KubeRayOperator
 from rltrainer_operator.testing.node import Node, find_node_assets, import_images, missing_node_requirements
-from tests.conftest import RLX_CRD, kuberay_crd_files
+from tests.conftest import RLX_CRD, built_part, kuberay_crd_files
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_STORE = Path.home() / ".cache" / "rltrainer-node" / "containerd"
@@ -63,14 +63,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith("tests/node/") and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT_S))
-
-
-def built_part(name: str) -> Path:
-    """A real component's binary (``make parts`` builds them; ``make test`` does when missing)."""
-    found = parts.find(name)
-    if found is None:
-        pytest.skip(f"{name} is not built: `make {name}` (Go and the module proxy)")
-    return found
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,8 @@ one ``nvidia.com/gpu`` advertised, tainted for it): the operator's RayClusters b
 real KubeRay (its command, probes, ``wait-gcs-ready`` init container and headless head Service;
 the workers find the head by its DNS name), from the trainer image; the real scheduler places
 them by the spec's requests, node selector and tolerations, the kubelets run and restart them,
-and moto's S3 listens on the pod network's gateway. ``make test`` runs the journey shortened and
+and a real S3 server (SeaweedFS, with the operator's and the pods' own identities) listens
+on the pod network's gateway. ``make test`` runs the journey shortened and
 the bad-input cases; ``make e2e`` the journey in full, suspend/resume and a sweep.
 """
 
@@ -21,6 +22,7 @@ import yaml
 
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.testing.local_stack import GPU_NODE, GPU_NODE_LABELS, LocalStack
+from tests.conftest import built_part
 from tests.e2e import test_journey as journeys
 from tests.e2e.conftest import e2e_requested
 from tests.e2e.helpers import wait_for
@@ -94,6 +96,7 @@ def full_e2e(request) -> bool:
 
 @pytest.fixture
 def pod_platform(monkeypatch, control_plane, node, gpu_node, gpu_images, kuberay_operator):
+    built_part("seaweedfs")
     stack = LocalStack(
         s3_bucket=journeys.BUCKET,
         plane=control_plane,
@@ -197,6 +200,13 @@ def test_bad_input_on_real_pods_is_named(pod_platform):
 def e2e_only(request) -> None:
     if not e2e_requested(request.config):
         pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
+
+
+def test_s3_that_refuses_the_pods_is_named_on_real_pods(pod_platform, request):
+    """The real S3 server's refusals (wrong keys, a key that may only read, no such bucket) and
+    a Secret the namespace lacks (the kubelet's CreateContainerConfigError), each named."""
+    e2e_only(request)
+    journeys.s3_refusals(pod_platform, "s3-refused", on_pods=True)
 
 
 def test_suspend_resume_and_delete_on_real_pods(pod_platform, request):

@@ -1,9 +1,12 @@
-"""The whole platform on one machine: a real Kubernetes control plane, KubeRay and S3 (moto).
+"""The whole platform on one machine: a real Kubernetes control plane, KubeRay and a real S3 server.
 
 ``LocalStack`` starts, on 127.0.0.1, a real control plane (``envtest.ControlPlane``: etcd,
 kube-apiserver, kube-controller-manager) with the RLExperiment CRD and KubeRay's CRDs (those of
 the KubeRay module ``parts.toml`` pins) installed as users install them (``kubectl apply
---server-side``), KubeRay against it, and optionally moto's S3 server with a bucket. It writes an
+--server-side``), KubeRay against it, and optionally a real S3 server (SeaweedFS, built by
+``make seaweedfs``: ``testing.s3_server``) with a bucket and identities of their own: the
+operator's (read), the pods' (``trainer``: read and write), one that may only read and one with
+no rights. It writes an
 admin kubeconfig, so the operator (``kopf run ... -m rltrainer_operator``), ``kubectl`` and any
 Kubernetes client connect as to a cluster. Two ways to run Ray's "pods":
 
@@ -20,8 +23,10 @@ The command line runs it until interrupted::
     python -m rltrainer_operator.testing.local_stack up --kubeconfig /tmp/rlx/kubeconfig \\
         --s3-bucket rl-checkpoints --env-file /tmp/rlx/env [--node]
 
-The env file holds ``KUBECONFIG``, ``PATH`` with the control plane's ``kubectl`` first, and the
-S3 endpoint and (fake) credentials, to ``source``. ``kill`` crashes a Ray pod (a container on a
+The env file holds ``KUBECONFIG``, ``PATH`` with the control plane's ``kubectl`` first, the S3
+endpoint with the operator's credentials (``AWS_*``: read only, for the operator and the shell's
+``rltrainer`` commands) and the pods' (``S3_TRAINER_ACCESS_KEY_ID``, ``S3_TRAINER_SECRET_ACCESS_KEY``:
+for the experiments' Secret), to ``source``. ``kill`` crashes a Ray pod (a container on a
 node, or a local process group).
 """
 
@@ -33,7 +38,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 from pathlib import Path
@@ -48,15 +52,10 @@ from rltrainer_operator.testing.kuberay import KubeRayOperator
 from rltrainer_operator.testing.kuberay import install_crds as install_kuberay_crds
 from rltrainer_operator.testing.local_kuberay import LocalKubeRay
 from rltrainer_operator.testing.ray_pods import RayPods
+from rltrainer_operator.testing.s3_server import REGION, S3Server
 
 REPO = Path(__file__).resolve().parents[3]
 RLX_CRD = REPO / "crds" / "rltrainer.io_rlexperiments.yaml"
-#: moto accepts any credentials; these are obviously fake.
-FAKE_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "AKIALOCALSTACK000000",
-    "AWS_SECRET_ACCESS_KEY": "local-stack-fake-secret",
-}
-REGION = "us-east-1"
 #: The env file's list of nodes (``name=containerd socket,...``) that ``kill`` reaches containers by.
 NODES_VARIABLE = "RLTRAINER_LOCAL_NODES"
 #: Where ``up --node`` keeps each node's imported images between runs (the tests' folder too).
@@ -68,12 +67,6 @@ GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true"}
 GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
 
 logger = logging.getLogger(__name__)
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def install_crds(plane: ControlPlane) -> None:
@@ -139,12 +132,13 @@ def gpu_node(plane: ControlPlane, assets: Path, cpu: Any, image_store: Path | No
 
 
 class LocalStack:
-    """Control plane + KubeRay (+ moto S3 when ``s3_bucket`` is given); a context manager.
+    """Control plane + KubeRay (+ a real S3 server when ``s3_bucket`` is given); a context manager.
 
     Attributes once started: ``plane`` (the ``ControlPlane``: ``kubeconfig``, ``kubectl_run``),
     ``api_client`` (an admin kubernetes ``ApiClient``), ``kuberay`` (on nodes ``RayPods``, the
     test's hands on real KubeRay's Pods; else the ``LocalKubeRay`` stand-in), ``kuberay_operator``
-    (real KubeRay's process, on nodes), ``nodes``, ``s3_endpoint`` (or None).
+    (real KubeRay's process, on nodes), ``nodes``, ``s3_endpoint`` (or None), ``s3`` (the
+    ``S3Server``: ``s3.identity(name)`` for its identities' keys).
 
     ``plane``: a started control plane to use (with the CRDs installed) instead of a new one;
     ``nodes``: started nodes of that plane to run Ray's Pods on (the first one's pod network is
@@ -181,8 +175,7 @@ class LocalStack:
         self.kuberay_operator = kuberay_operator
         self._own_kuberay_operator = kuberay_operator is None
         self.network: ClusterNetwork | None = None
-        self.s3_endpoint: str | None = None
-        self._moto: Any = None
+        self.s3: S3Server | None = None
 
     @property
     def on_nodes(self) -> bool:
@@ -225,25 +218,39 @@ class LocalStack:
         return self
 
     def _start_s3(self, host: str) -> None:
-        import boto3
-        from moto.server import ThreadedMotoServer
+        binary = parts.find("seaweedfs")
+        if binary is None:
+            raise RuntimeError("the S3 server is not built: `make seaweedfs` (Go and the module proxy)")
+        root = Path(tempfile.mkdtemp(prefix="s3-"))
+        self.s3 = S3Server(binary, root, host=host, buckets=[self.s3_bucket])
+        self.s3.start()
 
-        port = _free_port(host)
-        self._moto = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
-        self._moto.start()
-        self.s3_endpoint = f"http://{host}:{port}"
-        s3 = boto3.client("s3", endpoint_url=self.s3_endpoint, region_name=REGION, **_boto_credentials())
-        s3.create_bucket(Bucket=self.s3_bucket)
+    @property
+    def s3_endpoint(self) -> str | None:
+        return self.s3.endpoint if self.s3 is not None else None
+
+    def s3_credentials(self, identity: str = "trainer") -> dict[str, str]:
+        """``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` of one of the S3 server's identities:
+        ``operator`` (read), ``trainer`` (the pods': read and write), ``reader``, ``nobody``, ``admin``."""
+        return self.s3.identity(identity).env()
 
     @property
     def kubeconfig(self) -> Path:
         return self.plane.kubeconfig
 
     def env(self) -> dict[str, str]:
-        """Variables for a shell (or the operator): kubectl on PATH, and this stack's S3."""
+        """Variables for a shell (or the operator): kubectl on PATH, and this stack's S3 with the
+        operator's credentials (read only), the pods' in ``S3_TRAINER_*`` for their Secret."""
         variables = {"PATH": f"{self.plane.assets}{os.pathsep}{os.environ.get('PATH', '')}"}
-        if self.s3_endpoint is not None:
-            variables.update(AWS_ENDPOINT_URL=self.s3_endpoint, AWS_DEFAULT_REGION=REGION, **FAKE_CREDENTIALS)
+        if self.s3 is not None:
+            trainer = self.s3.identity("trainer")
+            variables.update(
+                AWS_ENDPOINT_URL=self.s3.endpoint,
+                AWS_DEFAULT_REGION=REGION,
+                **self.s3_credentials("operator"),
+                S3_TRAINER_ACCESS_KEY_ID=trainer.access_key,
+                S3_TRAINER_SECRET_ACCESS_KEY=trainer.secret_key,
+            )
         if self.on_nodes:  # for `kill`: each node's containerd
             variables[NODES_VARIABLE] = ",".join(f"{n.name}={n.socket}" for n in self.nodes)
         return variables
@@ -269,8 +276,8 @@ class LocalStack:
             shutil.rmtree(self.network.root, ignore_errors=True)
         if self.plane is not None and self._own_plane:
             self.plane.stop()
-        if self._moto is not None:
-            self._moto.stop()
+        if self.s3 is not None:
+            self.s3.remove()
 
     def __enter__(self) -> LocalStack:
         return self.start()
@@ -279,22 +286,17 @@ class LocalStack:
         self.stop()
 
 
-def _boto_credentials() -> dict[str, str]:
-    return {
-        "aws_access_key_id": FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rltrainer_operator.testing.local_stack",
-        description="The platform on one machine: a real Kubernetes control plane, KubeRay, S3 (moto).",
+        description="The platform on one machine: a real Kubernetes control plane, KubeRay, S3 (SeaweedFS).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="run the control plane, KubeRay and S3 until interrupted")
     up.add_argument("--kubeconfig", required=True, help="write the admin kubeconfig here")
-    up.add_argument("--s3-bucket", help="also serve S3 (moto) on 127.0.0.1 with this bucket")
+    up.add_argument(
+        "--s3-bucket", help="also serve S3 (SeaweedFS, `make seaweedfs`) with this bucket and its identities"
+    )
     up.add_argument(
         "--env-file", help="write KUBECONFIG, PATH (kubectl) and the S3 variables here, to source"
     )
@@ -321,7 +323,6 @@ def _up(args: argparse.Namespace) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s"
     )
     logging.getLogger("rltrainer_operator.testing").setLevel(logging.INFO)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request lines
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

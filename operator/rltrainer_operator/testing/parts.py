@@ -42,6 +42,10 @@ class Part:
     sum: str
     binary: str = ""
     floor: str = ""
+    package: str = ""
+    """The main package's import path, when it is not the module's root."""
+    replace: tuple[str, ...] = ()
+    """The module's own ``replace`` directives (``old => new version``), repeated by the build."""
 
     @property
     def ref(self) -> str:
@@ -51,7 +55,10 @@ class Part:
 def parts() -> dict[str, Part]:
     """Every part of ``parts.toml`` by name."""
     table = tomllib.loads(PARTS_FILE.read_text())
-    return {name: Part(name=name, **fields) for name, fields in table.items()}
+    return {
+        name: Part(name=name, **{**fields, "replace": tuple(fields.get("replace", ()))})
+        for name, fields in table.items()
+    }
 
 
 def part(name: str) -> Part:
@@ -107,25 +114,62 @@ def build(name: str) -> Path:
     target = binary_path(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as staging:
-        _go("install", found.ref, env={"GOBIN": staging}, timeout_s=3600)
         built = Path(staging) / found.binary
+        if found.replace:
+            _build_as_dependency(found, built)
+        else:
+            _go(
+                "install",
+                f"{found.package or found.module}@{found.version}",
+                env={"GOBIN": staging},
+                timeout_s=3600,
+            )
         _check_build_info(found, built)
         os.replace(built, target)  # atomic: a half-built binary is never at the path
     return target
 
 
-def _check_build_info(found: Part, path: Path) -> None:
-    """``go version -m`` must name the part's module as the main module, at its version and hash."""
-    info = _go("version", "-m", str(path))
-    fields = [line.split("\t") for line in info.splitlines()]
-    main = next((f[1:] for f in fields if len(f) > 1 and f[1] == "mod"), None)
-    if main is None or main[1:4] != [found.module, found.version, found.sum]:
-        raise PartError(
-            f"{path}: built from {main[1:4] if main else 'unknown'}, not {found.ref} ({found.sum})"
+def _build_as_dependency(found: Part, output: Path) -> None:
+    """Build a module whose ``go.mod`` has ``replace`` directives, which ``go install
+    module@version`` refuses: as the one requirement of a throwaway main module that repeats
+    them. Go's minimal version selection then picks exactly the versions the module's own
+    ``go.mod`` lists, each checked against the checksum database as any download."""
+    replaces = "".join(f"replace {line}\n" for line in found.replace)
+    with tempfile.TemporaryDirectory(prefix=f"build-{found.name}-") as work:
+        Path(work, "go.mod").write_text(
+            f"module rltrainer.local/parts/{found.name}\n\ngo 1.26\n\n"
+            f"require {found.module} {found.version}\n\n{replaces}"
+        )
+        Path(work, "parts.go").write_text(
+            f'//go:build parts\n\npackage parts\n\nimport _ "{found.package or found.module}"\n'
+        )
+        _go(
+            "build",
+            "-o",
+            str(output),
+            found.package or found.module,
+            env={"GOFLAGS": "-mod=mod"},
+            cwd=work,
+            timeout_s=3600,
         )
 
 
-def _go(*args: str, env: dict[str, str] | None = None, timeout_s: float = 600) -> str:
+def _check_build_info(found: Part, path: Path) -> None:
+    """``go version -m`` must name the part's module as the main package's module (``mod``), at
+    its version and hash, and the main package as the part's."""
+    info = _go("version", "-m", str(path))
+    fields = [line.split("\t") for line in info.splitlines()]
+    built = next((f[1:] for f in fields if len(f) > 1 and f[1] == "mod"), None)
+    if built is None or built[1:4] != [found.module, found.version, found.sum]:
+        raise PartError(
+            f"{path}: built from {built[1:4] if built else 'unknown'}, not {found.ref} ({found.sum})"
+        )
+    package = next((f[2] for f in fields if len(f) > 2 and f[1] == "path"), None)
+    if package != (found.package or found.module):
+        raise PartError(f"{path}: its main package is {package}, not {found.package or found.module}")
+
+
+def _go(*args: str, env: dict[str, str] | None = None, timeout_s: float = 600, cwd: str | None = None) -> str:
     go = shutil.which("go")
     if go is None:
         raise PartError("no `go` on PATH: the platform's real components are built from their Go modules")
@@ -133,7 +177,7 @@ def _go(*args: str, env: dict[str, str] | None = None, timeout_s: float = 600) -
     # the checksum database consulted as configured: nothing here relaxes Go's own checks.
     variables = {**os.environ, "GOTOOLCHAIN": "local", **(env or {})}
     done = subprocess.run(
-        [go, *args], capture_output=True, text=True, env=variables, timeout=timeout_s, check=False
+        [go, *args], capture_output=True, text=True, env=variables, timeout=timeout_s, check=False, cwd=cwd
     )
     if done.returncode != 0:
         raise PartError(f"go {' '.join(args)} failed: {done.stderr.strip()[-2000:]}")
