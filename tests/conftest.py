@@ -194,29 +194,47 @@ def local_ray(shared_ray_cluster):
     ray.shutdown()
 
 
-@pytest.fixture
-def s3_bucket(monkeypatch: pytest.MonkeyPatch):
-    """A moto S3 server on 127.0.0.1 with an empty bucket "trajectories", and fake AWS
-    credentials in the environment; yields ``(endpoint, boto3 client)``."""
-    import socket
+#: The buckets of the tests' S3 server (``real_s3``); every identity has rights on them.
+TEST_BUCKETS = ("rltrainer-test", "trajectories", "exists")
 
-    import boto3
-    from moto.server import ThreadedMotoServer
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+@pytest.fixture(scope="session")
+def real_s3(tmp_path_factory):
+    """A real S3 server (SeaweedFS, ``make seaweedfs``) on 127.0.0.1 for this test process, with
+    ``TEST_BUCKETS`` and its identities (``rltrainer_operator.testing.s3_server``); started at the
+    first test that asks for it (~5 s), stopped at the end of the session."""
+    from rltrainer_operator.testing.s3_server import S3Server
+
+    with S3Server(
+        built_part("seaweedfs"), tmp_path_factory.mktemp("s3"), buckets=list(TEST_BUCKETS)
+    ) as server:
+        yield server
+
+
+def use_s3_identity(monkeypatch: pytest.MonkeyPatch, server, identity: str = "trainer") -> None:
+    """The environment of a process on ``server`` as ``identity``: the standard AWS variables,
+    and nothing of this machine's own AWS configuration."""
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEOUTPUT")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fake-secret")
+    for name, value in server.identity(identity).env().items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-    client = boto3.client("s3", endpoint_url=endpoint)
-    client.create_bucket(Bucket="trajectories")
-    yield endpoint, client
-    server.stop()
+
+
+def empty_bucket(client, bucket: str) -> None:
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            client.delete_object(Bucket=bucket, Key=item["Key"])
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch: pytest.MonkeyPatch, real_s3):
+    """The real S3 server's bucket "trajectories", emptied, and the pods' identity (``trainer``)
+    in the environment; yields ``(endpoint, an admin boto3 client)``."""
+    client = real_s3.client("admin")
+    empty_bucket(client, "trajectories")
+    use_s3_identity(monkeypatch, real_s3)
+    yield real_s3.endpoint, client

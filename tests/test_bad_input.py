@@ -3,9 +3,10 @@ traceback, never a hang, nothing written or corrupted.
 
 Five families, each one parametrized table: the CLI's flags and experiment files, the config
 API, checkpoints (missing, truncated, tampered, pickled, symlinked, of another algorithm), envs
-(raising, wrong shapes, unsupported spaces) and storage (local paths; S3 through moto's server
-on 127.0.0.1: no bucket, no credentials, endpoint down). Every CLI case must exit 2 with exactly
-one ``error:`` line holding the expected words, and leave its storage folder without a file.
+(raising, wrong shapes, unsupported spaces) and storage (local paths; S3 through a real S3 server,
+SeaweedFS, on 127.0.0.1: no bucket, no credentials, a key that may only read, endpoint down).
+Every CLI case must exit 2 with exactly one ``error:`` line holding the expected words, and leave
+its storage folder without a file.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from rltrainer.algorithms.dqn import DQNConfig
 from rltrainer.algorithms.ppo import PPOConfig
 from rltrainer.cli import main
 from rltrainer.errors import CheckpointError, ConfigError, EnvError, RLTrainerError
+from rltrainer_operator.testing.s3_server import UNMADE_BUCKET
+from tests.conftest import use_s3_identity
 
 STOP1 = '{"training_iteration": 1}'
 SMALL = '{"train_batch_size": 64, "minibatch_size": 64, "num_epochs": 1, "model": {"fcnet_hiddens": [8]}}'
@@ -524,27 +527,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def s3():
-    """moto's S3 on 127.0.0.1 with the bucket ``exists``; fake credentials in the environment."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+def s3(real_s3):
+    """The real S3 server (its bucket ``exists``), the pods' identity in the environment."""
     with pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEBADINPUT")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "fake-secret-never-printed")
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        mp.setenv("AWS_ENDPOINT_URL", endpoint)
-        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="exists")
-        yield endpoint
-    server.stop()
+        use_s3_identity(mp, real_s3)
+        yield real_s3
 
 
 FAST_S3 = '{"storage_options": {"max_attempts": 2, "retry_delay_s": 0.01, "connect_timeout": 1}}'
@@ -561,7 +548,7 @@ STORAGE: dict[str, tuple[list[str], str]] = {
     ),
     "s3-no-bucket-name": (_ppo("--storage-path", "s3:///runs", "--config", FAST_S3), "names no bucket"),
     "s3-missing-bucket": (
-        _ppo("--storage-path", "s3://missing-bucket/runs", "--config", FAST_S3),
+        _ppo("--storage-path", f"s3://{UNMADE_BUCKET}/runs", "--config", FAST_S3),
         "NoSuchBucket",
     ),
     "s3-endpoint-down": (
@@ -575,16 +562,21 @@ STORAGE: dict[str, tuple[list[str], str]] = {
     ),
     "s3-no-credentials": (_ppo("--storage-path", "s3://exists/runs", "--config", FAST_S3), "credentials"),
     "s3-evaluate-missing": (["evaluate", "s3://exists/nothing/checkpoint_000001"], "does not exist"),
-    "s3-inspect-missing-bucket": (["checkpoints", "inspect", "s3://missing-bucket/x"], "NoSuchBucket"),
+    "s3-inspect-missing-bucket": (["checkpoints", "inspect", f"s3://{UNMADE_BUCKET}/x"], "NoSuchBucket"),
+    "s3-read-only-key": (
+        _ppo("--storage-path", "s3://exists/runs", "--config", FAST_S3),
+        "PutObject: AccessDenied",
+    ),
     "s3-download-missing": (["checkpoints", "download", "s3://exists/nothing", "{tmp}/to"], "does not exist"),
 }
 
 
 @pytest.mark.parametrize("case", STORAGE)
 def test_storage(case, s3, tmp_path, capsys, monkeypatch):
-    import boto3
 
     (tmp_path / "afile").write_text("x")
+    if case == "s3-read-only-key":
+        use_s3_identity(monkeypatch, s3, "reader")
     if case == "s3-no-credentials":
         monkeypatch.delenv("AWS_ACCESS_KEY_ID")
         monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
@@ -594,8 +586,8 @@ def test_storage(case, s3, tmp_path, capsys, monkeypatch):
     argv = [a.replace("{tmp}", str(tmp_path)).replace("{down}", down) for a in argv]
     assert main(argv) == 2
     line = one_error_line(capsys.readouterr().err, words)
-    assert "fake-secret" not in line
-    listing = boto3.client("s3", endpoint_url=s3).list_objects_v2(Bucket="exists", Prefix="runs/")
+    assert all(identity.secret_key not in line for identity in s3.identities.values())
+    listing = s3.client("admin").list_objects_v2(Bucket="exists", Prefix="runs/")
     assert listing.get("KeyCount", 0) == 0  # nothing written
     assert {p.name for p in tmp_path.iterdir()} <= {"afile", "to"}
 

@@ -1,7 +1,10 @@
-"""Storage: S3 (moto's server on 127.0.0.1) and local checkpoints with manifests, retention, resume.
+"""Storage: S3 (a real S3 server, SeaweedFS, on 127.0.0.1) and local checkpoints with manifests,
+retention, resume.
 
-One moto server serves the module; every test writes under its own prefix of one bucket.
-Fake credentials come from the environment, and must never show up in any output.
+The session's S3 server (``real_s3``) serves the module; every test writes under its own prefix
+of one bucket, with the pods' identity (``trainer``: read and write) from the environment, whose
+keys must never show up in any output. moto's server only where a test takes S3 down and brings it
+back on the same port in the middle of a run (it restarts in-process in milliseconds).
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from rltrainer.checkpoints import METADATA_FILE
 from rltrainer.cli import main
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.experiment import run_experiment
-from rltrainer.storage import S3Storage, StorageError, open_storage
+from rltrainer.storage import S3Storage, StorageError, check_storage_path, open_storage
+from rltrainer_operator.testing.s3_server import UNMADE_BUCKET
+from tests.conftest import use_s3_identity
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "rltrainer-test"
-ACCESS_KEY = "AKIAFAKEACCESSKEY123"
-SECRET_KEY = "fake/Secret+Key/never-printed-1234567890"
+#: The keys the module's tests run with (the S3 server's ``trainer`` identity, set by ``s3_endpoint``).
+KEYS: dict[str, str] = {}
 FAST_RETRIES = {"max_attempts": 3, "retry_delay_s": 0.01}
 
 
@@ -50,24 +55,13 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint():
-    """A moto S3 server on 127.0.0.1 with one bucket; fake credentials in the environment."""
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+def s3_endpoint(real_s3):
+    """The real S3 server, with the pods' identity in the environment (``AWS_ENDPOINT_URL`` too:
+    what the CLI uses, the standard AWS variable)."""
     with pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        mp.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        mp.setenv("AWS_ENDPOINT_URL", endpoint)  # what the CLI uses: the standard AWS variable
-        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-        yield endpoint
-    server.stop()
+        use_s3_identity(mp, real_s3)
+        KEYS.update(real_s3.identity("trainer").env())
+        yield real_s3.endpoint
 
 
 @pytest.fixture
@@ -91,9 +85,10 @@ def tiny_config(storage_path: str, endpoint: str | None = None, **checkpointing)
 
 
 def assert_no_credentials(*texts: str) -> None:
+    assert KEYS, "no keys to look for"
     for text in texts:
-        assert SECRET_KEY not in text
-        assert ACCESS_KEY not in text
+        assert KEYS["AWS_SECRET_ACCESS_KEY"] not in text
+        assert KEYS["AWS_ACCESS_KEY_ID"] not in text
 
 
 # --- round trip, manifests, verification ------------------------------------------------------
@@ -407,11 +402,13 @@ def test_connection_errors_are_retried(s3_endpoint, monkeypatch):
 
 @pytest.mark.usefixtures("s3_endpoint")
 def test_outage_during_auto_checkpoint_warns_and_training_goes_on(caplog, capsys):
+    """moto's server: S3 goes down between two checkpoints and comes back on the same port."""
     caplog.set_level(logging.WARNING, "rltrainer")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)  # moto: any keys do
     root = f"s3://{BUCKET}/outage-{time.time_ns()}"
     algo = tiny_config(root, endpoint, checkpoint_frequency=1).build()
     try:
@@ -423,7 +420,7 @@ def test_outage_during_auto_checkpoint_warns_and_training_goes_on(caplog, capsys
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
         assert algo.train()["checkpoint_path"].endswith("checkpoint_000003")
-        assert [info.iteration for info in list_checkpoints(root)] == [1, 3]
+        assert [info.iteration for info in list_checkpoints(root, {"endpoint_url": endpoint})] == [1, 3]
     finally:
         algo.stop()
         server.stop()
@@ -434,7 +431,7 @@ def test_outage_during_auto_checkpoint_warns_and_training_goes_on(caplog, capsys
 @pytest.mark.usefixtures("s3_endpoint")
 def test_credentials_stay_out_of_configs_and_errors(monkeypatch):
     with pytest.raises(ConfigError, match="does not belong in storage_options") as err:
-        PPOConfig().reporting(storage_options={"aws_secret_access_key": SECRET_KEY})
+        PPOConfig().reporting(storage_options={"aws_secret_access_key": KEYS["AWS_SECRET_ACCESS_KEY"]})
     assert_no_credentials(str(err.value))
     with pytest.raises(ConfigError, match="unknown storage option 'endpoint'"):
         PPOConfig().reporting(storage_options={"endpoint": "http://x"})
@@ -527,3 +524,54 @@ def test_a_local_listing_skips_what_it_cannot_read(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(os, "scandir", deleted_meanwhile)
     monkeypatch.setattr(os, "stat", not_allowed)
     assert open_storage(str(tmp_path)).list() == ["kept/a.txt"]
+
+
+# --- the real S3 server's refusals --------------------------------------------------------------
+
+#: An identity of the S3 server, or the pods' key with a wrong secret: what ``check_storage_path``
+#: says for each (the bucket and the S3 call in its words).
+REFUSALS = {
+    "reader": (BUCKET, "PutObject: AccessDenied"),
+    "nobody": (BUCKET, "ListObjectsV2: AccessDenied"),
+    "wrong-secret": (BUCKET, "ListObjectsV2: SignatureDoesNotMatch"),
+    "trainer": (UNMADE_BUCKET, "ListObjectsV2: NoSuchBucket"),
+}
+
+
+@pytest.mark.parametrize("who", REFUSALS)
+def test_a_storage_path_the_keys_cannot_write_is_refused_before_training(who, real_s3, monkeypatch):
+    bucket, words = REFUSALS[who]
+    use_s3_identity(monkeypatch, real_s3, "trainer" if who == "wrong-secret" else who)
+    if who == "wrong-secret":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-key")
+    uri = f"s3://{bucket}/refused-{who}-{time.time_ns()}"
+    with pytest.raises(StorageError) as err:
+        check_storage_path(uri, FAST_RETRIES)
+    assert str(err.value).startswith(f"storage_path {uri!r} cannot be used: ") and words in str(err.value)
+    assert real_s3.identity(who if who in real_s3.identities else "trainer").secret_key not in str(err.value)
+    if bucket == BUCKET:  # nothing written, no probe left behind
+        prefix = uri.removeprefix(f"s3://{BUCKET}/")
+        assert not real_s3.client("admin").list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents")
+
+
+def test_the_pods_keys_pass_the_probe_and_leave_nothing(real_s3, monkeypatch):
+    use_s3_identity(monkeypatch, real_s3)
+    uri = f"s3://{BUCKET}/probed-{time.time_ns()}"
+    check_storage_path(uri, FAST_RETRIES)
+    prefix = uri.removeprefix(f"s3://{BUCKET}/")
+    assert not real_s3.client("admin").list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents")
+
+
+def test_listing_more_than_one_page_on_the_real_server(real_s3, monkeypatch):
+    """The server answers 1,000 keys a page: ``list`` follows the continuation tokens."""
+    use_s3_identity(monkeypatch, real_s3)
+    storage = S3Storage(f"s3://{BUCKET}/many-{time.time_ns()}", FAST_RETRIES)
+    admin = real_s3.client("admin")
+    names = [f"k{i:04d}" for i in range(1005)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(lambda n: admin.put_object(Bucket=BUCKET, Key=f"{storage.prefix}/{n}", Body=b""), names)
+        )
+    assert storage.list() == names

@@ -55,6 +55,7 @@ def _part(kind: str, name: str) -> str:
 PART_ROLES = {
     "kuberay": "KubeRay's operator: makes the RayClusters' Pods and Services, with its own CRDs and RBAC",
     "coredns": "the nodes' cluster DNS (its `kubernetes` plugin): workers find the head by name",
+    "seaweedfs": "the S3 server (its S3 gateway, identities with their own keys and bucket rights)",
     "kuberay-below-floor": "its CRDs only: the operator must refuse to start on them",
 }
 

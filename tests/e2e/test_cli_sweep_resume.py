@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,45 +15,24 @@ from pathlib import Path
 import pytest
 
 from rltrainer.cli import main
+from tests.conftest import use_s3_identity
 from tests.e2e.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def s3_env(monkeypatch: pytest.MonkeyPatch):
-    """A moto S3 server on 127.0.0.1 with a bucket; the AWS variables a subprocess inherits."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(name, raising=False)
-    variables = {
-        "AWS_ACCESS_KEY_ID": "AKIAFAKESWEEP",
-        "AWS_SECRET_ACCESS_KEY": "fake-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": "/nonexistent/aws-config",
-        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
-    }
-    for name, value in variables.items():
-        monkeypatch.setenv(name, value)
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="sweeps")
-    yield
-    server.stop()
+def s3_env(monkeypatch: pytest.MonkeyPatch, real_s3):
+    """The real S3 server (its bucket ``exists``) with the pods' identity: the AWS variables a
+    subprocess inherits."""
+    use_s3_identity(monkeypatch, real_s3)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 def s3_keys(prefix: str) -> list[str]:
     import boto3
 
-    listing = boto3.client("s3").list_objects_v2(Bucket="sweeps", Prefix=prefix)
+    listing = boto3.client("s3").list_objects_v2(Bucket="exists", Prefix=prefix)
     return [item["Key"] for item in listing.get("Contents", [])]
 
 
@@ -79,7 +57,7 @@ def test_a_sweep_on_s3_killed_resumes_and_its_best_checkpoint_evaluates(tmp_path
     argv = [
         sys.executable, "-m", "rltrainer", "train", "--algo", "PPO", "--env", "CartPole-v1",
         "--config", json.dumps(config), "--stop", '{"training_iteration": 5}',
-        "--storage-path", "s3://sweeps/runs", "--name", "sweep", "--resume",
+        "--storage-path", "s3://exists/cli-sweep", "--name", "sweep", "--resume",
     ]  # fmt: skip
     # Tune snapshots the experiment (which checkpoints each trial has) every 10 s or more by
     # default; every second here, so that the kill lands after a snapshot that lists some.
@@ -93,7 +71,9 @@ def test_a_sweep_on_s3_killed_resumes_and_its_best_checkpoint_evaluates(tmp_path
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for("3 checkpoints per trial on S3", lambda: len(s3_keys_ending("runs/sweep/", THIRD)) == 2, 180)
+        wait_for(
+            "3 checkpoints per trial on S3", lambda: len(s3_keys_ending("cli-sweep/sweep/", THIRD)) == 2, 180
+        )
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the driver and the Ray instance it started
         first.wait()
@@ -102,8 +82,8 @@ def test_a_sweep_on_s3_killed_resumes_and_its_best_checkpoint_evaluates(tmp_path
     assert "trials: 2 TERMINATED" in done.stdout
     from rltrainer.storage import open_storage
 
-    experiment = open_storage("s3://sweeps/runs/sweep")
-    trials = {key.split("/")[2] for key in s3_keys("runs/sweep/PPO_")}
+    experiment = open_storage("s3://exists/cli-sweep/sweep")
+    trials = {key.split("/")[2] for key in s3_keys("cli-sweep/sweep/PPO_")}
     assert len(trials) == 2
     for trial in trials:
         rows = [json.loads(line) for line in experiment.read_bytes(f"{trial}/result.json").splitlines()]
@@ -111,7 +91,7 @@ def test_a_sweep_on_s3_killed_resumes_and_its_best_checkpoint_evaluates(tmp_path
         assert rows[-1]["training_iteration"] == 5
         assert rows[-1]["iterations_since_restore"] < 5, [r["training_iteration"] for r in rows]
     best = re.search(r"best checkpoint: (\S+)", done.stdout).group(1)
-    assert best.startswith("s3://sweeps/runs/sweep/PPO_CartPole-v1_")
+    assert best.startswith("s3://exists/cli-sweep/sweep/PPO_CartPole-v1_")
     assert main(["evaluate", best, "--episodes", "1"]) == 0
     assert "mean return" in capsys.readouterr().out
     progress = json.loads(experiment.read_bytes("progress.json"))
