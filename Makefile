@@ -66,8 +66,9 @@ test: $(STAMP) system-deps parts
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # End to end: tests/e2e (the operator, real local Ray clusters played by the process stand-in
-# for KubeRay, moto's S3, the fault matrix) and tests/node (the same journeys on real Pods on two
-# real nodes made by KubeRay's own operator, suspend/resume and a sweep there too). About 25 minutes on 2 cores; `make test` runs
+# for KubeRay, the real S3 server, the fault matrix) and tests/node (the same journeys on real Pods on two
+# real nodes made by KubeRay's own operator, suspend/resume, a sweep, the S3 refusals and a Helm
+# release's upgrade, rollback and uninstall there too). About 25 minutes on 2 cores; `make test` runs
 # the journeys shortened (a fixed number of iterations instead of until solved), the node's
 # bad-input cases and the fault matrix's storage rows.
 e2e: $(STAMP) system-deps parts

@@ -1,10 +1,12 @@
-"""Real Pods through kubectl: applying and deleting objects, reading their state (waiting on it:
-``tests.e2e.helpers.wait_for``)."""
+"""Real Pods through kubectl and Helm: applying and deleting objects, Helm releases, reading their
+state (waiting on it: ``tests.e2e.helpers.wait_for``)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import helm_python
 
 from rltrainer_operator.testing.envtest import ControlPlane
 
@@ -41,3 +43,9 @@ def container_states(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def describe(plane: ControlPlane, kind: str, name: str, namespace: str) -> str:
     return plane.kubectl_run("describe", kind, name, "-n", namespace, check=False).stdout[-4000:]
+
+
+def helm(plane: ControlPlane, namespace: str) -> helm_python.Config:
+    """Helm's own client (the Helm v4 SDK, no binary) for the plane's cluster, as admin, on the
+    releases of ``namespace``: what ``helm install``/``upgrade``/``rollback``/``uninstall`` do."""
+    return helm_python.Config(kubeconfig_path=str(plane.kubeconfig), namespace=namespace)

@@ -1,4 +1,5 @@
-"""The Helm chart installed on the real cluster: the operator runs as a Pod from the operator image.
+"""The Helm chart installed on the real cluster with Helm's own install (the Helm v4 SDK): the
+operator runs as a Pod from the operator image.
 
 What only a running Pod shows: the chart's Deployment starts (ServiceAccount token mounted,
 in-cluster configuration, probes, security contexts, resources), the real authorizer judges every
@@ -23,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.charts.helpers import render_objects
+from tests.charts.helpers import CHART_DIR, manifests, render_objects
 from tests.e2e.helpers import wait_for
-from tests.node.helpers import apply, delete, describe, get
+from tests.node.helpers import apply, delete, describe, get, helm
 
 NAMESPACE = "rltrainer-system"
 WATCHED = "experiments"
@@ -34,9 +35,9 @@ SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 GRACE_S = 20
 
 
-def release_objects(*, release: str = RELEASE, **values: Any) -> list[dict]:
-    """The chart rendered for this cluster with these values, applied as rendered."""
-    chosen = {
+def release_values(**values: Any) -> dict[str, Any]:
+    """The chart's values for this cluster, with these."""
+    return {
         "image": {"pullPolicy": "Never"},
         "watch": {"clusterWide": False, "namespaces": [WATCHED]},
         "logFormat": "json",
@@ -45,7 +46,11 @@ def release_objects(*, release: str = RELEASE, **values: Any) -> list[dict]:
         "operator": {"pollIntervalSeconds": 1},
         **values,
     }
-    return render_objects(chosen, name=release, namespace=NAMESPACE)
+
+
+def release_objects(*, release: str = RELEASE, **values: Any) -> list[dict]:
+    """The chart rendered for this cluster with these values, to apply as rendered."""
+    return render_objects(release_values(**values), name=release, namespace=NAMESPACE)
 
 
 def operator_pods(control_plane, release: str = RELEASE) -> list[dict]:
@@ -68,17 +73,19 @@ def operator_release(control_plane, cluster_network, images):
     for namespace in (NAMESPACE, WATCHED):
         control_plane.kubectl_run("create", "namespace", namespace, check=False)
     repository, tag = images.operator.rsplit(":", 1)
-    objects = release_objects(image={"repository": repository, "tag": tag, "pullPolicy": "Never"})
+    values = release_values(image={"repository": repository, "tag": tag, "pullPolicy": "Never"})
     started = time.monotonic()
-    apply(control_plane, *objects)
+    release = helm(control_plane, NAMESPACE).install(
+        str(CHART_DIR), RELEASE, values, namespace=NAMESPACE, wait="watcher", timeout=300
+    )
     control_plane.kubectl_run("rollout", "status", f"deployment/{RELEASE}", "-n", NAMESPACE, "--timeout=300s")
     ready_s = time.monotonic() - started
     print(f"helm install to the operator Pod Ready: {ready_s:.1f} s")
-    yield {"objects": objects, "ready_seconds": ready_s}
+    yield {"objects": manifests({"release": release["manifest"]}), "ready_seconds": ready_s}
     control_plane.kubectl_run(
         "delete", "rlexperiments", "--all", "-n", WATCHED, "--wait=true", "--timeout=60s", check=False
     )
-    delete(control_plane, *objects, wait=True)
+    helm(control_plane, NAMESPACE).uninstall(RELEASE, wait="watcher", timeout=120)
 
 
 def test_operator_pod_runs_with_the_charts_identity_and_probes(control_plane, operator_release) -> None:
