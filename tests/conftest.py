@@ -89,16 +89,46 @@ def _attach_log_capture_under_loggings_lock() -> None:
     catching_logs.__enter__ = attach_locked
 
 
+#: One setting for slow machines: every test's deadline (pytest-timeout's, and each wait of
+#: ``tests.e2e.helpers.wait_for``) times this. Deadlines are a last guard: waits end on the state
+#: they wait for, and fail early on one that cannot lead there.
+TIMEOUT_SCALE_VARIABLE = "RLTRAINER_TEST_TIMEOUT_SCALE"
+
+
+def timeout_scale() -> float:
+    raw = os.environ.get(TIMEOUT_SCALE_VARIABLE, "1")
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = 0.0
+    if not 1 <= scale <= 20:
+        raise pytest.UsageError(f"{TIMEOUT_SCALE_VARIABLE}={raw!r}: give a number from 1 to 20 (default 1)")
+    return scale
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    scale = timeout_scale()
+    if scale != 1 and config.getini("timeout"):
+        config.option.timeout = float(config.getini("timeout")) * scale
     _attach_log_capture_under_loggings_lock()
     # Here, not in tests/e2e: tests/node reuses the end-to-end journeys (and their marks).
     config.addinivalue_line("markers", "e2e: end to end with real local Ray clusters (make e2e)")
     config.addinivalue_line("markers", "in_make_test: an end-to-end test that make test runs too")
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long files first; each test's own ``timeout`` mark (tests/node's conftest adds them
+    before this runs) times ``RLTRAINER_TEST_TIMEOUT_SCALE``."""
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    scale = timeout_scale()
+    if scale == 1:
+        return
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        if mark is not None and mark.args:
+            item.add_marker(pytest.mark.timeout(float(mark.args[0]) * scale), append=False)
 
 
 @pytest.fixture(scope="session")

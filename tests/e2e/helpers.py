@@ -13,6 +13,7 @@ from typing import Any
 import kubernetes
 
 from rltrainer_operator.testing.local_kuberay import STARTED_IDS, _marked_processes
+from tests.conftest import timeout_scale
 
 MERGE = "application/merge-patch+json"
 
@@ -27,8 +28,10 @@ def wait_for(
     interval_s: float = 0.5,
     explain: Callable[[], str] | None = None,
 ) -> Any:
-    """``check()``'s first truthy value; after ``timeout_s`` an AssertionError naming ``what``, its
-    last value and, when given, ``explain()`` (a ``kubectl describe``, say)."""
+    """``check()``'s first truthy value; after ``timeout_s`` (times ``RLTRAINER_TEST_TIMEOUT_SCALE``)
+    an AssertionError naming ``what``, its last value and, when given, ``explain()`` (a ``kubectl
+    describe``, say)."""
+    timeout_s *= timeout_scale()
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
