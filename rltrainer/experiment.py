@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.errors import CheckpointError, ConfigError
 from rltrainer.results import flatten
-from rltrainer.storage import StorageError, is_remote, open_storage
+from rltrainer.storage import StorageError, check_storage_path, is_remote, open_storage
 
 # No torch at import (Algorithm's and checkpoint_store's): the operator imports PROGRESS_FILE, resolve_stop.
 if TYPE_CHECKING:
@@ -177,6 +177,12 @@ def run_experiment(
             f"stop key {evaluated[0]!r} needs evaluation results: set evaluation_interval (e.g. 1)"
         )
     algo = config.build()
+    if not algo._under_tune and is_remote(algo.config.storage_path):
+        try:  # the keys may write, before the first iteration (build() only lists)
+            check_storage_path(algo.config.storage_path, algo.config.storage_options, write=True)
+        except StorageError:
+            algo.stop()
+            raise
     logger.info("built %s on %s; stopping at %s", type(algo).__name__, config.env_name, criteria)
     last_result: dict[str, Any] | None = None
     checkpoint_path: str | None = None

@@ -131,17 +131,21 @@ def writable_folder(path: str | Path) -> tuple[Path, str | None]:
     return folder, None
 
 
-def check_storage_path(uri: str | Path, options: dict[str, Any] | None = None) -> None:
+def check_storage_path(
+    uri: str | Path, options: dict[str, Any] | None = None, *, write: bool = False
+) -> None:
     """Make sure ``storage_path`` can be used before training starts, else ``StorageError``
     saying why: a local one must be a folder this process can write to (created if needed);
-    for ``s3://`` the bucket must answer a listing of the prefix with these credentials, and take
-    (and delete) a small object under it: a missing bucket, missing credentials, a key that may
-    only read or an endpoint that is down fail here, naming the bucket and the S3 call refused,
-    not at the first checkpoint."""
+    for ``s3://`` the bucket must answer a listing of the prefix with these credentials (a
+    missing bucket, missing credentials or an endpoint that is down fail here, naming the bucket
+    and the S3 call refused) and, with ``write`` (a run about to train: ``run_experiment``),
+    take and delete a small object under it, so that a key that may only read fails before the
+    first iteration, not at the first checkpoint. Without ``write``, read-only keys pass: an
+    algorithm built from a checkpoint to evaluate it needs no more."""
     if is_remote(uri):
         storage = S3Storage(str(uri), options or {})
         try:
-            storage.probe(write=True)
+            storage.probe(write=write)
         except StorageError as err:
             raise StorageError(f"storage_path {str(uri)!r} {STORAGE_UNUSABLE} {err}") from None
         return

@@ -449,7 +449,7 @@ def test_credentials_stay_out_of_configs_and_errors(monkeypatch):
 
 
 @pytest.mark.usefixtures("s3_endpoint")
-def test_cli_train_list_download_inspect_evaluate_on_s3(s3_root, tmp_path, capsys):
+def test_cli_train_list_download_inspect_evaluate_on_s3(s3_root, tmp_path, capsys, real_s3):
     train = [
         "train", "--algo", "PPO", "--env", "CartPole-v1", "--storage-path", s3_root, "--name", "cli",
         "--stop", '{"training_iteration": 2}', "--checkpoint-freq", "1",
@@ -481,6 +481,10 @@ def test_cli_train_list_download_inspect_evaluate_on_s3(s3_root, tmp_path, capsy
     assert out.splitlines()[-1].startswith("integrity: OK")
 
     assert main(["evaluate", checkpoint, "--episodes", "1"]) == 0
+    assert "mean return over 1 episode" in capsys.readouterr().out
+    with pytest.MonkeyPatch.context() as mp:  # a key that may only read evaluates it too
+        use_s3_identity(mp, real_s3, "reader")
+        assert main(["evaluate", checkpoint, "--episodes", "1"]) == 0, capsys.readouterr().err
     assert "mean return over 1 episode" in capsys.readouterr().out
     assert main(["evaluate", trial]) == 2
     assert f"newest checkpoint: {checkpoint}" in capsys.readouterr().err
@@ -546,7 +550,7 @@ def test_a_storage_path_the_keys_cannot_write_is_refused_before_training(who, re
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-key")
     uri = f"s3://{bucket}/refused-{who}-{time.time_ns()}"
     with pytest.raises(StorageError) as err:
-        check_storage_path(uri, FAST_RETRIES)
+        check_storage_path(uri, FAST_RETRIES, write=True)
     assert str(err.value).startswith(f"storage_path {uri!r} cannot be used: ") and words in str(err.value)
     assert real_s3.identity(who if who in real_s3.identities else "trainer").secret_key not in str(err.value)
     if bucket == BUCKET:  # nothing written, no probe left behind
@@ -557,7 +561,7 @@ def test_a_storage_path_the_keys_cannot_write_is_refused_before_training(who, re
 def test_the_pods_keys_pass_the_probe_and_leave_nothing(real_s3, monkeypatch):
     use_s3_identity(monkeypatch, real_s3)
     uri = f"s3://{BUCKET}/probed-{time.time_ns()}"
-    check_storage_path(uri, FAST_RETRIES)
+    check_storage_path(uri, FAST_RETRIES, write=True)
     prefix = uri.removeprefix(f"s3://{BUCKET}/")
     assert not real_s3.client("admin").list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents")
 
