@@ -14,6 +14,16 @@ import time
 
 from rltrainer.algorithms.registry import get_algorithm_class
 
+#: BENCHMARKS.md's stop criterion averages the last 20 completed training episodes.
+WINDOW = 20
+
+
+def met_target(result: dict, target: float) -> bool:
+    """Whether the mean return of the last ``WINDOW`` completed training episodes reaches
+    ``target``: fewer episodes than that (ES and ARS count only their unperturbed ones, a few
+    per iteration) do not make a window yet, however well they scored."""
+    return result["episodes_total"] >= WINDOW and result["episode_return_mean"] >= target
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -29,7 +39,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as storage:
         config = get_algorithm_class(args.algo).config_class().environment(args.env)
         config.update_from_dict(json.loads(args.config))
-        config.reporting(metrics_num_episodes_for_smoothing=20, storage_path=storage)
+        config.reporting(metrics_num_episodes_for_smoothing=WINDOW, storage_path=storage)
         config.debugging(seed=args.seed)
         config.evaluation(
             evaluation_duration=args.eval_episodes,
@@ -39,7 +49,7 @@ def main() -> None:
         algo = config.build()
         while True:
             result = algo.train()
-            solved = result["episode_return_mean"] >= args.target
+            solved = met_target(result, args.target)
             if solved or result["timesteps_total"] >= args.budget:
                 break
         stopped_at, cpu_s = time.time(), time.process_time()
