@@ -83,7 +83,9 @@ def _problem(pod: dict[str, Any]) -> PodProblem | None:
         if waiting.get("reason") == CONFIG_ERROR:
             # The kubelet's words name the Secret (or key) and its namespace: `secret "s3" not found`.
             detail = waiting.get("message", "") or "its configuration cannot be resolved"
-            hint = "; create it, or fix spec.storage.credentialsSecretRef" if "ecret" in detail else ""
+            hint = (
+                "; create it, or fix spec.storage.credentialsSecretRef" if "secret" in detail.lower() else ""
+            )
             return PodProblem(
                 CONFIG_ERROR, group, f"{where}: container {name} cannot be created: {detail}{hint}"
             )

@@ -159,9 +159,11 @@ class Platform:
     def credentials_secret(self, namespace: str, identity: str = "trainer", name: str = "s3-creds") -> None:
         """The pods' S3 Secret: the keys of one of the S3 server's identities (the pods' own,
         ``trainer``, unless a test gives them another)."""
+        self.secret(namespace, name, self.stack.s3_credentials(identity))
+
+    def secret(self, namespace: str, name: str, values: dict[str, str]) -> None:
         self.namespace(namespace)
-        credentials = self.stack.s3_credentials(identity)
-        data = {key: base64.b64encode(value.encode()).decode() for key, value in credentials.items()}
+        data = {key: base64.b64encode(value.encode()).decode() for key, value in values.items()}
         self.core.create_namespaced_secret(namespace, {"metadata": {"name": name}, "data": data})
 
 
@@ -532,13 +534,7 @@ def s3_refusals(platform: Platform, namespace: str, on_pods: bool) -> None:
     stack = platform.stack
     platform.credentials_secret(namespace, "reader", name="reader-keys")
     wrong = {**stack.s3_credentials("trainer"), "AWS_SECRET_ACCESS_KEY": "not-the-secret-key"}
-    platform.core.create_namespaced_secret(
-        namespace,
-        {
-            "metadata": {"name": "wrong-keys"},
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in wrong.items()},
-        },
-    )
+    platform.secret(namespace, "wrong-keys", wrong)
     platform.credentials_secret(namespace)  # the right keys, for the missing bucket
     secrets = {"wrong-secret": "wrong-keys", "read-only": "reader-keys", "missing-secret": "absent-secret"}
     cases = [name for name in S3_REFUSALS if on_pods or name != "missing-secret"]

@@ -105,6 +105,16 @@ def operator_pod(plane) -> dict[str, Any] | None:
     return ready[0] if len(live) == 1 and ready else None
 
 
+def operator_env(plane, image: str, what: str) -> dict[str, str]:
+    """Once the release's one ready operator Pod runs ``image``: its container's environment."""
+    pod = wait_for(
+        what,
+        lambda: (p := operator_pod(plane)) and p["spec"]["containers"][0]["image"] == image and p,
+        180,
+    )
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+
 def trains_on(plane, job_id: str, beyond: int, what: str) -> int:
     """Wait until the experiment's status (written by the operator Pod) passes ``beyond``, on
     the same driver job, never restarted; the iteration it reached."""
@@ -157,15 +167,13 @@ def test_upgrade_rollback_and_uninstall_while_an_experiment_trains(
     apply(plane, secret("operator-s3", NAMESPACE, s3.identity("operator").env()))
     apply(plane, secret("s3-creds", WATCHED, s3.identity("trainer").env()))
     client = helm(plane, NAMESPACE)
+
+    def install() -> None:
+        options = {"namespace": NAMESPACE, "wait": "watcher", "timeout": 300}
+        client.install(str(CHART_DIR), RELEASE, values(s3, images.operator), **options)
+
     try:
-        client.install(
-            str(CHART_DIR),
-            RELEASE,
-            values(s3, images.operator),
-            namespace=NAMESPACE,
-            wait="watcher",
-            timeout=300,
-        )
+        install()
         apply(plane, experiment(images.trainer))
         running = wait_for(
             "the experiment training",
@@ -187,26 +195,14 @@ def test_upgrade_rollback_and_uninstall_while_an_experiment_trains(
             wait="watcher",
             timeout=300,
         )
-        pod = wait_for(
-            "the upgraded operator Pod",
-            lambda: (p := operator_pod(plane)) and p["spec"]["containers"][0]["image"] == upgraded and p,
-            180,
-        )
-        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        env = operator_env(plane, upgraded, "the upgraded operator Pod")
         assert env["RLTRAINER_OPERATOR_POLL_INTERVAL_S"] == "2"
         after_upgrade = trains_on(plane, job_id, before, "status moving under the upgraded operator")
         print(f"helm upgrade to the new Pod reporting: {time.monotonic() - started:.1f} s")
 
         # helm rollback: revision 1's image and values again, as revision 3.
         client.rollback(RELEASE, wait="watcher", timeout=300)
-        pod = wait_for(
-            "the rolled-back operator Pod",
-            lambda: (
-                (p := operator_pod(plane)) and p["spec"]["containers"][0]["image"] == images.operator and p
-            ),
-            180,
-        )
-        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        env = operator_env(plane, images.operator, "the rolled-back operator Pod")
         assert env["RLTRAINER_OPERATOR_POLL_INTERVAL_S"] == "1"
         assert [r["revision"] for r in client.history(RELEASE)] == [1, 2, 3]
         after_rollback = trains_on(
@@ -228,14 +224,7 @@ def test_upgrade_rollback_and_uninstall_while_an_experiment_trains(
         )
 
         # Installed again: the new operator takes the experiment over where it is.
-        client.install(
-            str(CHART_DIR),
-            RELEASE,
-            values(s3, images.operator),
-            namespace=NAMESPACE,
-            wait="watcher",
-            timeout=300,
-        )
+        install()
         trains_on(plane, job_id, progress_in_s3(s3) - 1, "status caught up under the reinstalled operator")
         plane.kubectl_run("delete", "rlexperiment", NAME, "-n", WATCHED, "--wait=true", "--timeout=120s")
         wait_for("the experiment's Pods gone", lambda: not get(plane, "pods", "-n", WATCHED)["items"], 120)

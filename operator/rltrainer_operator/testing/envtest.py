@@ -82,9 +82,9 @@ def find_assets() -> Path | None:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 

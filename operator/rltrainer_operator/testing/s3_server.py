@@ -30,12 +30,13 @@ import json
 import logging
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rltrainer_operator.testing.envtest import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +77,6 @@ class Identity:
         return f"Identity({self.name!r}, access_key={self.access_key!r})"
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 class S3Server:
     """SeaweedFS's ``weed server`` with its S3 gateway; a context manager. ``endpoint`` once
     started; ``identity(name)`` for each of ``ROLES``; ``buckets`` exist (made by ``admin``)."""
@@ -108,8 +103,8 @@ class S3Server:
         config = self.root / "identities.json"
         config.write_text(json.dumps(self._identities_config(), indent=2))
         config.chmod(0o600)
-        ports = {name: _free_port(self.host) for name in ("master", "volume", "filer", "s3")}
-        grpc = {name: _free_port(self.host) for name in ports}
+        ports = {name: free_port(self.host) for name in ("master", "volume", "filer", "s3")}
+        grpc = {name: free_port(self.host) for name in ports}
         command = [
             str(self.binary),
             "server",
