@@ -57,6 +57,7 @@ PART_ROLES = {
     "coredns": "the nodes' cluster DNS (its `kubernetes` plugin): workers find the head by name",
     "seaweedfs": "the S3 server (its S3 gateway, identities with their own keys and bucket rights)",
     "kuberay-below-floor": "its CRDs only: the operator must refuse to start on them",
+    "kueue": "the queues of a shared cluster: admits a RayCluster as one workload, suspends and preempts it",
 }
 
 

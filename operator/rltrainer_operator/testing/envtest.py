@@ -417,6 +417,13 @@ class ControlPlane:
         path.parent.mkdir(parents=True, exist_ok=True)
         return self.service_account_kubeconfig(namespace, account, path)
 
+    def serving_certificate(self, folder: Path, name: str, addresses: list[str]) -> str:
+        """A serving certificate (``folder/tls.crt``, ``tls.key``) for a server the API server
+        calls (a webhook) on ``addresses``, signed by the plane's CA; returns that CA's PEM
+        bundle, base64-encoded as a webhook's ``caBundle`` is."""
+        _serving_certificate(self._pki, Path(folder), name, addresses)
+        return _b64((self._pki / "ca.crt").read_bytes())
+
     # ------------------------------------------------------------------------------------- helpers
 
     def kubectl_run(
@@ -534,109 +541,146 @@ def _b64(data: bytes) -> str:
 # ------------------------------------------------------------------------------------ certificates
 
 
+def _key_pair(folder: Path, name: str) -> Any:
+    """A new EC key, written to ``folder/<name>.key``."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (folder / f"{name}.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    return key
+
+
+def _subject(common_name: str, organization: str | None = None) -> Any:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    parts = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        parts.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(parts)
+
+
+def _certificate(
+    folder: Path, name: str, key: Any, subject_name: Any, issuer: tuple[Any, Any] | None, **ext: Any
+):
+    """A certificate for ``key``, written to ``folder/<name>.crt``: a CA when ``issuer`` is None,
+    else signed by ``issuer`` (its name and key); ``usage`` and ``sans`` as extensions."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject_name)
+        .issuer_name(issuer[0] if issuer else subject_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+    )
+    if "usage" in ext:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ext["usage"]]), critical=False)
+    if "sans" in ext:
+        builder = builder.add_extension(x509.SubjectAlternativeName(ext["sans"]), critical=False)
+    if issuer is None:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+    (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert
+
+
+def _ip_sans(addresses: list[str]) -> list[Any]:
+    from cryptography import x509
+
+    return [x509.IPAddress(ipaddress.ip_address(a)) for a in dict.fromkeys(["127.0.0.1", *addresses])]
+
+
 def _write_pki(folder: Path, addresses: list[str]) -> None:
     """A CA; the API server's serving certificate (127.0.0.1, ``addresses``, localhost and the
     ``kubernetes`` Service's names); client certificates for
     the admin (``system:masters``) and the controller-manager; the service-account key pair."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
 
-    now = datetime.datetime.now(datetime.UTC)
-
-    def key_pair(name: str) -> Any:
-        key = ec.generate_private_key(ec.SECP256R1())
-        (folder / f"{name}.key").write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.TraditionalOpenSSL,
-                serialization.NoEncryption(),
-            )
-        )
-        return key
-
-    def subject(common_name: str, organization: str | None = None) -> x509.Name:
-        parts = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-        if organization:
-            parts.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-        return x509.Name(parts)
-
-    def certificate(
-        name: str, key: Any, subject_name: x509.Name, issuer: tuple[x509.Name, Any] | None, **ext: Any
-    ):
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject_name)
-            .issuer_name(issuer[0] if issuer else subject_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-        )
-        if "usage" in ext:
-            builder = builder.add_extension(x509.ExtendedKeyUsage([ext["usage"]]), critical=False)
-        if "sans" in ext:
-            builder = builder.add_extension(x509.SubjectAlternativeName(ext["sans"]), critical=False)
-        if issuer is None:
-            builder = builder.add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-        cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
-        (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        return cert
-
-    ca_key = key_pair("ca")
-    ca_name = subject("envtest-ca")
-    certificate("ca", ca_key, ca_name, None)
+    ca_key = _key_pair(folder, "ca")
+    ca_name = _subject("envtest-ca")
+    _certificate(folder, "ca", ca_key, ca_name, None)
     ca = (ca_name, ca_key)
     sans = [
-        *(x509.IPAddress(ipaddress.ip_address(a)) for a in dict.fromkeys(["127.0.0.1", *addresses])),
+        *_ip_sans(addresses),
         x509.DNSName("localhost"),
         x509.DNSName("kubernetes"),
         x509.DNSName("kubernetes.default"),
         x509.DNSName("kubernetes.default.svc"),
         x509.DNSName("kubernetes.default.svc.cluster.local"),
     ]
-    certificate(
+    server, client = ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH
+    _certificate(
+        folder,
         "apiserver",
-        key_pair("apiserver"),
-        subject("kube-apiserver"),
+        _key_pair(folder, "apiserver"),
+        _subject("kube-apiserver"),
         ca,
-        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        usage=server,
         sans=sans,
     )
-    certificate(
-        "admin",
-        key_pair("admin"),
-        subject("admin", "system:masters"),
-        ca,
-        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    _certificate(
+        folder, "admin", _key_pair(folder, "admin"), _subject("admin", "system:masters"), ca, usage=client
     )
-    certificate(
-        "kcm",
-        key_pair("kcm"),
-        subject("system:kube-controller-manager"),
-        ca,
-        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    _certificate(
+        folder, "kcm", _key_pair(folder, "kcm"), _subject("system:kube-controller-manager"), ca, usage=client
     )
-    sa_key = key_pair("sa")
+    sa_key = _key_pair(folder, "sa")
     (folder / "sa.pub").write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
+    )
+    for path in folder.iterdir():
+        path.chmod(0o600)
+
+
+def _serving_certificate(pki: Path, folder: Path, name: str, addresses: list[str]) -> None:
+    """``folder/tls.crt`` and ``tls.key``: a serving certificate for ``addresses`` signed by the
+    CA of ``pki`` (controller-runtime's certificate folder layout)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = _key_pair(folder, "tls")
+    _certificate(
+        folder,
+        "tls",
+        key,
+        _subject(name),
+        (ca_cert.subject, ca_key),
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        sans=_ip_sans(addresses),
     )
     for path in folder.iterdir():
         path.chmod(0o600)

@@ -14,7 +14,9 @@ Kubernetes client connect as to a cluster. Two ways to run Ray's "pods":
   node that advertises one ``nvidia.com/gpu`` and is tainted for it) with cluster DNS (CoreDNS),
   and **KubeRay's own operator** (``testing.kuberay``, built from its Go module) creating the Pods
   and Services; the kubelets run them from the trainer image. S3 then listens on the nodes'
-  pod-network gateway, an address of this machine that Pods reach.
+  pod-network gateway, an address of this machine that Pods reach. With ``kueue=True`` (``up
+  --node`` when ``make kueue`` has built it) **Kueue** runs too (``testing.kueue``), with no
+  queues yet: the shared-clusters page shows the ones to create.
 - processes (no root, no node): ``LocalKubeRay``, a stand-in for KubeRay that starts ``ray start``
   processes on this machine (its docstring says what it plays and how it differs).
 
@@ -50,6 +52,7 @@ from rltrainer_operator.testing.cluster_network import ClusterNetwork
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from rltrainer_operator.testing.kuberay import KubeRayOperator
 from rltrainer_operator.testing.kuberay import install_crds as install_kuberay_crds
+from rltrainer_operator.testing.kueue import KueueController
 from rltrainer_operator.testing.local_kuberay import LocalKubeRay
 from rltrainer_operator.testing.ray_pods import RayPods
 from rltrainer_operator.testing.s3_server import REGION, S3Server
@@ -159,6 +162,7 @@ class LocalStack:
         images: list[str] | None = None,
         image_store: Path | None = None,
         kuberay_operator: KubeRayOperator | None = None,
+        kueue: KueueController | bool = False,
         **kuberay_options: Any,
     ) -> None:
         self.s3_bucket = s3_bucket
@@ -174,6 +178,8 @@ class LocalStack:
         self.kuberay: LocalKubeRay | RayPods | None = None
         self.kuberay_operator = kuberay_operator
         self._own_kuberay_operator = kuberay_operator is None
+        self.kueue: KueueController | None = kueue if isinstance(kueue, KueueController) else None
+        self._start_kueue = kueue is True
         self.network: ClusterNetwork | None = None
         self.s3: S3Server | None = None
 
@@ -210,6 +216,8 @@ class LocalStack:
                 if self.kuberay_operator is None:
                     self.kuberay_operator = KubeRayOperator(self.plane).start()
                 self.kuberay = RayPods(self.api_client, self.nodes, self.kuberay_operator)
+                if self._start_kueue:
+                    self.kueue = KueueController(self.plane).start()
             else:
                 self.kuberay = LocalKubeRay(self.api_client, **self.kuberay_options).start()
         except BaseException:
@@ -263,6 +271,8 @@ class LocalStack:
         return path
 
     def stop(self) -> None:
+        if self.kueue is not None and self._start_kueue:
+            self.kueue.stop()
         if isinstance(self.kuberay, LocalKubeRay):
             self.kuberay.close()
         if self.kuberay_operator is not None and self._own_kuberay_operator:
@@ -354,6 +364,8 @@ def _up(args: argparse.Namespace) -> int:
                 f"cluster DNS {stack.nodes[0].dns.address}",
                 flush=True,
             )
+            if stack.kueue is not None:
+                print(f"Kueue {parts.part('kueue').version} (logs {stack.kueue.root / 'logs'})", flush=True)
         else:
             print(f"local KubeRay files: {stack.kuberay.root}", flush=True)
         print("ready; Ctrl-C stops everything", flush=True)
@@ -388,7 +400,12 @@ def _node_options() -> dict[str, Any]:
     if missing is not None:
         print(f"local_stack: {missing}; running Ray's pods as local processes instead", flush=True)
         return {}
-    return {"start_nodes": True, "images": [trainer_image()], "image_store": NODE_IMAGE_STORE}
+    options = {"start_nodes": True, "images": [trainer_image()], "image_store": NODE_IMAGE_STORE}
+    if parts.find("kueue") is not None:
+        options["kueue"] = True
+    else:
+        print("local_stack: Kueue is not built (`make kueue`): running without queues", flush=True)
+    return options
 
 
 def _kill(args: argparse.Namespace) -> int:
