@@ -5,7 +5,8 @@ from the standard AWS environment variables and config files, e.g. ``AWS_ENDPOIN
 
 User mistakes (unknown algorithm, env, config key or stop key; malformed JSON or YAML; a
 missing or invalid checkpoint) print one ``rltrainer: error: ...`` line and exit 2. Any
-other exception is a bug and keeps its traceback. Ctrl-C exits 130.
+other exception is a bug and keeps its traceback. Ctrl-C exits 130; a preemption (SIGTERM, or a
+pod's preStop hook: ``rltrainer.preemption``) exits 75 after a checkpoint.
 
 Heavy modules (torch, gymnasium) are imported inside the commands, so ``--help`` and
 argument errors answer at once instead of after ~2 s of imports.

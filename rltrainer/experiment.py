@@ -10,7 +10,13 @@ trial folder; with none it starts fresh and says so.
 Every iteration (and once more at the end) a small ``progress.json`` is written next to the
 trial folders, ``<storage_path>/<experiment_name>/progress.json``: the iteration, timesteps,
 return, newest checkpoint and env-runner health. It is what the Kubernetes operator reads to
-mirror progress into an RLExperiment's status (see ``PROGRESS_FILE``).
+mirror progress into an RLExperiment's status (see ``PROGRESS_FILE``). It also holds the
+driver's ``seconds_per_iteration`` (the longest of the last 10) and ``seconds_per_checkpoint``
+(the last save), and after a preemption the ``preempted`` record.
+
+Preemption (``rltrainer.preemption``): a pod's ``preStop`` hook (through Ray's GCS) or a SIGTERM
+to this process asks for a checkpoint; the iteration in flight finishes, the checkpoint is
+written, the hook is told, and the run returns with ``stopped_by == PREEMPTED``.
 
 Stop criteria follow Tune's dict form: ``{"training_iteration": 100, "episode_return_mean":
 475}`` stops after the first result where ANY key reaches (``>=``) its threshold.
@@ -31,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrainer.algorithms.algorithm_config import AlgorithmConfig
 from rltrainer.errors import CheckpointError, ConfigError
+from rltrainer.preemption import PreemptionRequest, PreemptionWatch
 from rltrainer.results import flatten
 from rltrainer.storage import StorageError, check_storage_path, is_remote, open_storage
 
@@ -45,6 +52,8 @@ DEFAULT_STOP: dict[str, float] = {"training_iteration": 100}
 
 #: ``ExperimentResult.stopped_by`` when training ended by Ctrl-C (KeyboardInterrupt).
 INTERRUPTED = "interrupted"
+#: ``ExperimentResult.stopped_by`` when a preStop hook or a SIGTERM asked for a checkpoint and a stop.
+PREEMPTED = "preempted"
 
 #: The progress object's name, directly under the experiment folder.
 PROGRESS_FILE = "progress.json"
@@ -76,9 +85,12 @@ class ExperimentResult:
     """``<storage_path>/<experiment_name>/<trial_id>``: params.json, result.json, progress.csv, ...
     (a ``Path``, or the ``s3://`` URI for S3 storage)."""
     stopped_by: str
-    """The stop key that was reached, or ``INTERRUPTED``."""
+    """The stop key that was reached, or ``INTERRUPTED`` or ``PREEMPTED``."""
     resumed_from: str | None = None
     """The checkpoint a ``resume=True`` run continued from (``None``: started fresh)."""
+    preempted: dict[str, Any] | None = None
+    """With ``PREEMPTED``: reason, pod, requested_at, checkpoint_written_at, iteration,
+    seconds_to_checkpoint, checkpoint and error (the ``preempted`` record of progress.json)."""
 
 
 def canonical_stop_key(key: str) -> str:
@@ -167,7 +179,9 @@ def run_experiment(
 
     ``checkpoint_frequency`` checkpoints are written by ``Algorithm.train()``. A Ctrl-C
     (``KeyboardInterrupt``) during training ends the run like a stop criterion, with
-    ``stopped_by == INTERRUPTED``; a second one during the final save propagates.
+    ``stopped_by == INTERRUPTED``; a second one during the final save propagates. A preemption
+    request (a preStop hook's, or a SIGTERM to this process; see ``rltrainer.preemption``) is
+    acted on between iterations: a checkpoint, then ``stopped_by == PREEMPTED``.
     Raises ``RLTrainerError`` subclasses for bad stop keys, configs or envs.
     """
     criteria = resolve_stop(stop, config.algo_class or type(config))
@@ -190,7 +204,10 @@ def run_experiment(
     stopped_by: str | None = None
     resumed_from: str | None = None
     progress = ProgressWriter(algo)
+    watch = PreemptionWatch(algo.experiment_uri)  # after build(): a ray.init() sets its own SIGTERM handler
+    request: PreemptionRequest | None = None
     try:
+        watch.start()
         if resume:
             resumed_from = _resume(algo, reporter, resume_from)
             if resumed_from is not None:
@@ -203,7 +220,13 @@ def run_experiment(
             reporter.on_start(location)
         try:
             while stopped_by is None:
+                request = watch.poll()
+                if request is not None:
+                    stopped_by = PREEMPTED
+                    break
+                started = time.perf_counter()
                 last_result = algo.train()
+                watch.iteration_done(last_result, time.perf_counter() - started)
                 logger.debug("result of iteration %d: %s", last_result["training_iteration"], last_result)
                 if "checkpoint_path" in last_result:
                     checkpoint_path = last_result["checkpoint_path"]
@@ -212,25 +235,70 @@ def run_experiment(
                 if reporter is not None:
                     reporter.on_result(last_result)
                 stopped_by = reached_stop(last_result, criteria)
-                progress.write(last_result, checkpoint_path)
+                progress.write(last_result, checkpoint_path, timings=watch.timings())
         except KeyboardInterrupt:
             stopped_by = INTERRUPTED
             logger.info("interrupted after %d iteration(s)", algo.counters.training_iteration)
         # The counters, not last_result: Ctrl-C may land after an iteration ended, before train() returned.
         iterations = algo.counters.training_iteration
-        if config.checkpoint_at_end and iterations > checkpointed_iteration:
-            try:
-                checkpoint_path = algo.save()
-            except StorageError as err:  # the run's results stay; only the final checkpoint is missing
-                last = f"; the newest checkpoint is {checkpoint_path}" if checkpoint_path else ""
-                ended = f"training ended after {iterations} iteration(s)"
-                raise StorageError(f"{ended}, but checkpoint_at_end failed: {err}{last}") from None
-            logger.info("saved checkpoint %s at the end", checkpoint_path)
-        if stopped_by != INTERRUPTED and last_result is not None:
-            progress.write(last_result, checkpoint_path, finished_by=stopped_by)
-        return ExperimentResult(last_result, iterations, checkpoint_path, location, stopped_by, resumed_from)
+        preempted = None
+        if request is not None:
+            checkpoint_path, preempted = _save_preempted(
+                algo, watch, request, checkpoint_path, checkpointed_iteration
+            )
+            state = last_result if last_result is not None else _restored_state(algo)
+            progress.write(state, checkpoint_path, timings=watch.timings(), preempted=preempted)
+        elif config.checkpoint_at_end and iterations > checkpointed_iteration:
+            checkpoint_path = _save_at_end(algo, checkpoint_path)
+        if stopped_by not in (INTERRUPTED, PREEMPTED) and last_result is not None:
+            progress.write(last_result, checkpoint_path, finished_by=stopped_by, timings=watch.timings())
+        return ExperimentResult(
+            last_result, iterations, checkpoint_path, location, stopped_by, resumed_from, preempted
+        )
     finally:
+        watch.close(checkpoint_path)
         algo.stop()
+
+
+def _save_at_end(algo: Algorithm, newest: str | None) -> str:
+    """``checkpoint_at_end``'s save; a failure says which checkpoint is the newest."""
+    try:
+        checkpoint = algo.save()
+    except StorageError as err:  # the run's results stay; only the final checkpoint is missing
+        last = f"; the newest checkpoint is {newest}" if newest else ""
+        ended = f"training ended after {algo.counters.training_iteration} iteration(s)"
+        raise StorageError(f"{ended}, but checkpoint_at_end failed: {err}{last}") from None
+    logger.info("saved checkpoint %s at the end", checkpoint)
+    return checkpoint
+
+
+def _save_preempted(
+    algo: Algorithm,
+    watch: PreemptionWatch,
+    request: PreemptionRequest,
+    checkpoint: str | None,
+    checkpointed_iteration: int,
+) -> tuple[str | None, dict[str, Any]]:
+    """Save for a preemption (unless the newest checkpoint is of this iteration) and tell the hooks.
+
+    Returns the newest checkpoint and the ``preempted`` record. A save that fails leaves no
+    checkpoint (the manifest is written last): the hooks learn that it failed, the newest
+    earlier checkpoint stays the one to resume from. An error other than storage's propagates.
+    """
+    iteration = algo.counters.training_iteration
+    if iteration > checkpointed_iteration:
+        started = time.perf_counter()
+        try:
+            checkpoint = str(algo.save())
+        except Exception as err:
+            said = watch.answer(request, checkpoint, iteration, error=str(err) or type(err).__name__)
+            if not isinstance(err, StorageError):
+                raise
+            logger.error("preempted: the checkpoint of iteration %d was not written: %s", iteration, err)
+            return checkpoint, said
+        watch.checkpoint_done(time.perf_counter() - started)
+        logger.info("saved checkpoint %s for the preemption", checkpoint)
+    return checkpoint, watch.answer(request, checkpoint, iteration)
 
 
 def _restored_state(algo: Algorithm) -> dict[str, Any]:
@@ -257,7 +325,14 @@ class ProgressWriter:
         self.storage = open_storage(algo.experiment_uri, algo.config.storage_options)
         self.failing = False
 
-    def write(self, result: dict[str, Any], checkpoint: str | None, finished_by: str | None = None) -> None:
+    def write(
+        self,
+        result: dict[str, Any],
+        checkpoint: str | None,
+        finished_by: str | None = None,
+        timings: dict[str, float | None] | None = None,
+        preempted: dict[str, Any] | None = None,
+    ) -> None:
         flat = flatten(result)
         progress = {
             "iteration": flat.get("training_iteration"),
@@ -269,7 +344,10 @@ class ProgressWriter:
             "num_learner_restarts": flat.get("num_learner_restarts"),
             "trial": str(self.algo.trial_uri),
             "finished": finished_by is not None,
-            "stopped_by": finished_by,
+            "stopped_by": PREEMPTED if preempted is not None else finished_by,
+            "seconds_per_iteration": (timings or {}).get("seconds_per_iteration"),
+            "seconds_per_checkpoint": (timings or {}).get("seconds_per_checkpoint"),
+            "preempted": preempted,
             "updated_at": time.time(),
         }
         try:
@@ -318,6 +396,7 @@ def _resume(algo: Algorithm, reporter: Reporter | None, first: str | None = None
 __all__ = [
     "DEFAULT_STOP",
     "INTERRUPTED",
+    "PREEMPTED",
     "PROGRESS_FILE",
     "ExperimentResult",
     "ProgressWriter",

@@ -22,6 +22,7 @@ from rltrainer.commands.common import (
 )
 from rltrainer.commands.progress import ProgressReporter
 from rltrainer.errors import ConfigError
+from rltrainer.preemption import EXIT_PREEMPTED, preempted_line
 from rltrainer.storage import check_experiment_name
 
 TRAIN_EXAMPLES = """\
@@ -157,7 +158,7 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rltrainer.experiment import INTERRUPTED, resolve_stop, run_experiment
+    from rltrainer.experiment import INTERRUPTED, PREEMPTED, resolve_stop, run_experiment
 
     config, stop, stop_is_default = _train_setup(args)
     options = vars(args)
@@ -171,12 +172,30 @@ def _train(args: argparse.Namespace) -> int:
     resume, resume_from = _resume_options(options, config.algo_class.__name__)
     tty = sys.stdout.isatty()
     reporter = ProgressReporter(sys.stdout, tty=tty, intro=intro, restore=options.get("restore"))
+    connected = _ray_connected()
     with ray_session(options):
         result = run_experiment(config, stop, reporter=reporter, resume=resume, resume_from=resume_from)
     if result.stopped_by == INTERRUPTED:
         print(f"rltrainer: interrupted after {result.iterations} iteration(s)", file=sys.stderr, flush=True)
     _print_summary(result, stop)
+    if result.stopped_by == PREEMPTED:  # the last line: the operator reads the Ray job's last line
+        if not connected and _ray_connected():  # the actors' forwarded logs must not come after it
+            import ray
+
+            ray.shutdown()
+        said = result.preempted
+        sys.stderr.flush()
+        print(
+            preempted_line(said["reason"], result.checkpoint_path, result.iterations, said["error"]),
+            flush=True,
+        )
+        return EXIT_PREEMPTED
     return EXIT_INTERRUPTED if result.stopped_by == INTERRUPTED else 0
+
+
+def _ray_connected() -> bool:
+    ray = sys.modules.get("ray")  # not imported: not connected
+    return ray is not None and ray.is_initialized()
 
 
 def _sweep(config: Any, stop: dict[str, Any], options: dict[str, Any]) -> int:
@@ -247,10 +266,10 @@ def _resume_options(options: dict[str, Any], algo: str) -> tuple[bool, str | Non
 
 
 def _print_summary(result: Any, stop: dict[str, float]) -> None:
-    from rltrainer.experiment import INTERRUPTED
+    from rltrainer.experiment import INTERRUPTED, PREEMPTED
     from rltrainer.results import flatten
 
-    if result.stopped_by != INTERRUPTED:
+    if result.stopped_by not in (INTERRUPTED, PREEMPTED):
         reached = flatten(result.last_result)[result.stopped_by]
         reached = f"{reached:.2f}" if isinstance(reached, float) else reached
         print(f"stopped: {result.stopped_by} reached {reached} (>= {stop[result.stopped_by]})")
