@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from rltrainer import __version__
 from rltrainer_operator.models import GROUP, PLURAL, VERSION
+from rltrainer_operator.queueing import JOB_UID_LABEL, WORKLOAD_GROUP, WORKLOAD_PLURAL, WORKLOAD_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Kube:
         self.api_client = api_client
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.core = kubernetes.client.CoreV1Api(api_client)
+        self.policy = kubernetes.client.PolicyV1Api(api_client)
 
     def missing_resources(self) -> list[str]:
         """The required resources the API server does not serve (a CRD not installed), each as
@@ -201,6 +203,42 @@ class Kube:
         except (ApiException, *TRANSPORT_ERRORS) as err:
             raise _temporary(f"list the Pods of RayCluster {namespace}/{cluster_name}", err) from None
         return [self.api_client.sanitize_for_serialization(pod) for pod in found.items]
+
+    # --- Kueue's Workloads (read only) -------------------------------------------------------
+    def cluster_workload(self, namespace: str, cluster_uid: str) -> dict[str, Any] | None:
+        """The Workload Kueue made for the RayCluster of ``cluster_uid`` (labelled with it); None
+        when there is none yet, or Kueue's API is not served (Kueue not installed)."""
+        try:
+            found = self.custom.list_namespaced_custom_object(
+                WORKLOAD_GROUP,
+                WORKLOAD_VERSION,
+                namespace,
+                WORKLOAD_PLURAL,
+                label_selector=f"{JOB_UID_LABEL}={cluster_uid}",
+                _request_timeout=10,
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise _temporary(f"list the Workloads of {namespace}", err) from None
+        except TRANSPORT_ERRORS as err:
+            raise _temporary(f"list the Workloads of {namespace}", err) from None
+        items = found.get("items") or []
+        return items[0] if items else None
+
+    # --- PodDisruptionBudgets (create only; the garbage collector deletes them) ---------------
+    def create_disruption_budget(self, body: dict[str, Any]) -> bool:
+        """Create; False when it already exists."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            self.policy.create_namespaced_pod_disruption_budget(namespace, body)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise _temporary(f"create PodDisruptionBudget {namespace}/{name}", err) from None
+        except TRANSPORT_ERRORS as err:
+            raise _temporary(f"create PodDisruptionBudget {namespace}/{name}", err) from None
+        return True
 
     # --- Secrets (create only) --------------------------------------------------------------
     def create_secret(self, body: dict[str, Any]) -> bool:

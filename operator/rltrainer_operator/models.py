@@ -235,6 +235,10 @@ class Head(_Model):
     """CPUs the head pod requests."""
     memory: Quantity = "4Gi"
     """Memory the head pod requests and is limited to."""
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the head pod must match."""
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    """Taints the head pod tolerates."""
 
 
 class FaultTolerance(_Model):
@@ -256,6 +260,26 @@ class FaultTolerance(_Model):
     """Learner-group restarts allowed per run before the job fails."""
     learnerRestartTimeoutSeconds: int = Field(default=600, ge=1, le=86400)
     """How long the driver waits for replaced learners to come up (a new pod for a lost one)."""
+
+
+class Preemption(_Model):
+    """What happens when the experiment's Ray pods are about to go: Kueue preempts its workload, a
+    node is drained, a spot node is terminated, a pod is deleted. Each Ray pod's ``preStop`` hook
+    asks the driver for a checkpoint and waits for it; the driver finishes the iteration in flight,
+    writes the checkpoint to S3 (atomically, as every checkpoint) and only then lets Ray stop. The
+    experiment resumes from it (status.disruptions counts these; restarts does not)."""
+
+    gracePeriodSeconds: int = Field(default=60, ge=10, le=3600)
+    """The Ray pods' terminationGracePeriodSeconds: the time from the signal to the pods' end. It
+    must hold one iteration plus one checkpoint, else the checkpoint is not written (never half
+    of one) and the experiment resumes from its previous one: the operator warns
+    (GracePeriodTooShort) when the driver's measured times do not fit. Below 10 s not even Ray's
+    own stop fits."""
+    podDisruptionBudget: bool = False
+    """Create a PodDisruptionBudget (maxUnavailable 0) over the experiment's Ray pods: evictions
+    (``kubectl drain``, the cluster autoscaler) are refused while it runs, so a drain waits for the
+    experiment to finish; Kueue's preemption and a spot node's end are not evictions and are
+    not held back."""
 
 
 class RayAuth(_Model):
@@ -339,6 +363,8 @@ class ExperimentSpec(_Model):
     """Restart policy."""
     rayAuth: RayAuth = Field(default_factory=RayAuth)
     """Authentication to the Ray cluster (token by default)."""
+    preemption: Preemption = Field(default_factory=Preemption)
+    """Checkpoint on preemption, drain and eviction: the grace period and a disruption budget."""
     activeDeadlineSeconds: int | None = Field(default=None, ge=1)
     """Fail the experiment (reason DeadlineExceeded) when it runs longer than this."""
     ttlSecondsAfterFinished: int | None = Field(default=None, ge=0)
@@ -367,6 +393,7 @@ class ExperimentSpec(_Model):
 
 class Phase(enum.StrEnum):
     PENDING = "Pending"
+    QUEUED = "Queued"
     PROVISIONING = "Provisioning"
     RUNNING = "Running"
     RESTARTING = "Restarting"
@@ -378,7 +405,16 @@ class Phase(enum.StrEnum):
 FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 #: The condition types every status carries.
-CONDITION_TYPES = ("Ready", "Provisioned", "Running", "Succeeded", "Failed", "Suspended", "Restarting")
+CONDITION_TYPES = (
+    "Ready",
+    "Provisioned",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Suspended",
+    "Restarting",
+    "Queued",
+)
 
 
 class Condition(_Model):
@@ -422,7 +458,7 @@ class ExperimentStatus(_Model):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Ready, Provisioned, Running, Succeeded, Failed, Suspended, Restarting."""
+    """Ready, Provisioned, Running, Succeeded, Failed, Suspended, Restarting, Queued."""
     observedGeneration: int | None = None
     """The spec generation the operator last acted on."""
     message: str | None = None
@@ -441,6 +477,12 @@ class ExperimentStatus(_Model):
     """The newest checkpoint (s3:// URI)."""
     restarts: int = 0
     """Times the experiment was restarted (failed job or lost cluster)."""
+    gracePeriodNeededSeconds: int | None = None
+    """What the driver measured one iteration plus one checkpoint (and Ray's stop) to take: a
+    GracePeriodTooShort warning when it exceeds ``spec.preemption.gracePeriodSeconds``."""
+    disruptions: int = 0
+    """Times its pods were taken away (Kueue preemption, drain, eviction) after the driver wrote
+    a checkpoint on the signal; it resumed from that checkpoint (not counted in restarts)."""
     envRunnerRestarts: int | None = None
     """Env runners recreated after they failed (the job went on), over every attempt."""
     driverEnvRunnerRestarts: int | None = None

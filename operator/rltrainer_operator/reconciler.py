@@ -11,6 +11,14 @@ done twice.
                     |             |
                     +--> Restarting (backoff) --> Provisioning / Running ... -> Failed
     any (unfinished) <-> Suspended            deadline exceeded -> Failed
+    Pending / Provisioning / Running / Restarting <-> Queued (Kueue holds the RayCluster)
+
+Queued (``queueing``): the experiment's RayCluster is labelled for a Kueue LocalQueue and Kueue
+holds it suspended, waiting for quota or preempted. Nothing counts while it waits: the
+provisioning timeout starts at admission and the deadline at (re)admission, as a Kubernetes
+Job's ``activeDeadlineSeconds`` does. Preempted or otherwise disrupted (a drain, an eviction, a
+spot node's end), the driver writes a checkpoint on the pods' preStop hook; the experiment
+resumes from it and ``status.disruptions`` counts it, not ``restarts``.
 
 The Kubernetes API is reached only through ``kube.Kube``, Ray only through ``ray_jobs``, S3 only
 through the progress reader; all three are injected so tests can drive every transition.
@@ -26,14 +34,19 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
+from rltrainer.preemption import PREEMPTED_LINE_PREFIX
 from rltrainer.storage import STORAGE_UNUSABLE
+from rltrainer_operator import queueing
 from rltrainer_operator.builders import job as job_builder
+from rltrainer_operator.builders.disruption_budget import build_disruption_budget
 from rltrainer_operator.builders.naming import job_id, raycluster_name
 from rltrainer_operator.builders.ray_token import build_token_secret, ray_token
 from rltrainer_operator.builders.raycluster import (
+    RAY_STOP_RESERVE_S,
     ROLLOUTS_GROUP,
     build_raycluster,
     scale_patch,
@@ -220,6 +233,7 @@ class _Step:
         self.events: list[Event] = []
         self.deleted = False
         self.spec: ExperimentSpec | None = None
+        self._preempted: dict[str, Any] | None = None  # progress.json's preemption record, once read
 
     # --- bookkeeping -----------------------------------------------------------------------
     def outcome(self) -> Outcome:
@@ -255,6 +269,7 @@ class _Step:
             "Failed": phase == Phase.FAILED,
             "Suspended": phase == Phase.SUSPENDED,
             "Restarting": phase == Phase.RESTARTING,
+            "Queued": phase == Phase.QUEUED,
         }
         by_type = {c.type: c for c in self.status.conditions}
         conditions = []
@@ -313,6 +328,7 @@ class _Step:
             return self._fail("DeadlineExceeded", self._deadline_message(), cleanup=True)
         handler = {
             Phase.PENDING: self._start,
+            Phase.QUEUED: self._start,
             Phase.PROVISIONING: self._provisioning,
             Phase.RUNNING: self._running,
             Phase.RESTARTING: self._restarting,
@@ -329,14 +345,32 @@ class _Step:
             for c in self.status.conditions
         )
 
-    # Pending -> Provisioning
+    # Pending / Queued -> Provisioning
     def _start(self, reason: str = "Provisioning") -> None:
+        cluster = self._ensure_cluster()
+        if cluster is not None and queueing.held(cluster):
+            return self._queued(cluster)
         if self.status.startTime is None:
             self.status.startTime = rfc3339(self.now)
-        cluster = self._ensure_cluster()
         if cluster is not None and cluster_ready(cluster):
             return self._submit(cluster)
-        self.transition(Phase.PROVISIONING, reason, f"creating RayCluster {self.status.rayClusterName}")
+        if self.status.phase == Phase.QUEUED:
+            reason = "Admitted"
+            message = f"admitted by Kueue: starting RayCluster {self.status.rayClusterName}"
+        else:
+            message = f"creating RayCluster {self.status.rayClusterName}"
+        self.transition(Phase.PROVISIONING, reason, message)
+
+    def _queued(self, cluster: dict[str, Any]) -> None:
+        """Kueue holds the cluster: say why (its Workload's conditions), once per new reason.
+        The deadline starts again at admission (``startTime`` is cleared)."""
+        queue = (cluster["metadata"].get("labels") or {}).get(queueing.QUEUE_NAME_LABEL, "")
+        workload = self.r.kube.cluster_workload(self.namespace, cluster["metadata"].get("uid", ""))
+        state = queueing.queue_state(workload, queue)
+        self.status.startTime = None
+        self.status.nextAttemptTime = None
+        if self.status.phase != Phase.QUEUED or self.status.message != state.message:
+            self.transition(Phase.QUEUED, state.reason, state.message, warning=state.warning)
 
     def _ensure_cluster(self) -> dict[str, Any] | None:
         """The experiment's RayCluster, created when absent; None while an old one is still going away."""
@@ -350,6 +384,8 @@ class _Step:
                 token = ray_token(self.r.settings.ray_token_key, self.meta["uid"])
                 self.r.kube.create_secret(build_token_secret(self.body, name, token))
             cluster = self.r.kube.create_raycluster(build_raycluster(self.body, self.spec, self.r.settings))
+            if self.spec.preemption.podDisruptionBudget:
+                self.r.kube.create_disruption_budget(build_disruption_budget(self.body, name))
         return cluster
 
     def _owns(self, cluster: dict[str, Any]) -> bool:
@@ -359,6 +395,8 @@ class _Step:
     # Provisioning -> Running (or Restarting when it takes too long)
     def _provisioning(self) -> None:
         cluster = self._ensure_cluster()
+        if cluster is not None and queueing.held(cluster):
+            return self._queued(cluster)
         if cluster is not None and cluster_ready(cluster):
             return self._submit(cluster)
         if cluster is not None:
@@ -411,6 +449,8 @@ class _Step:
 
     def _submit(self, cluster: dict[str, Any]) -> None:
         """Start the next driver attempt on the (ready) ``cluster``."""
+        # The newest checkpoint first: one written on a preemption's signal may be seconds old.
+        self._update_progress()
         attempt = _attempt_of(self.status.jobId) + 1
         submission_id = job_id(self.namespace, self.name, self.meta["uid"], attempt)
         body = job_builder.submission(
@@ -436,7 +476,13 @@ class _Step:
         cluster = self.r.kube.get_raycluster(self.namespace, self._cluster_name())
         if cluster is None or cluster["metadata"].get("deletionTimestamp"):
             return self._restart("ClusterLost", f"RayCluster {self.status.rayClusterName} is gone", True)
+        if queueing.held(cluster):  # Kueue preempted it: its pods' hooks had the checkpoint written
+            self._update_progress()
+            self.status.disruptions += 1
+            return self._queued(cluster)
         if not cluster_condition(cluster, "HeadPodReady"):
+            if self._checkpointed_on_signal():
+                return self._disrupted(f"the head of {self.status.rayClusterName} went", cluster_lost=True)
             return self._restart("ClusterLost", f"the head of {self.status.rayClusterName} is down", True)
         try:
             job = self.r.job_api(cluster).get(self.status.jobId or "")
@@ -449,6 +495,9 @@ class _Step:
         if job.status == "SUCCEEDED":
             return self._succeed(cluster)
         if job.finished:
+            if _job_last_line(job).startswith(PREEMPTED_LINE_PREFIX):
+                head_going = any(_is_head(pod) for pod in self._terminating_pods())
+                return self._disrupted(f"a pod of {self.status.rayClusterName} went", cluster_lost=head_going)
             oom = self._ray_oom(cluster, job)
             if oom is not None:
                 return self._restart(oom.reason, f"{oom.message} ({_job_message(job)})", cluster_lost=False)
@@ -485,6 +534,39 @@ class _Step:
             self.r.kube.delete_raycluster(self.namespace, cluster["metadata"]["name"])
         self.transition(Phase.SUCCEEDED, "JobSucceeded", f"training finished (job {self.status.jobId})")
 
+    # disruptions: pods taken away after the driver's checkpoint on the signal
+    def _checkpointed_on_signal(self) -> bool:
+        """Whether the current driver wrote a checkpoint on a pod's preStop hook (its
+        ``progress.json`` says so, with a request newer than the job's submission)."""
+        self._update_progress()
+        record = self._preempted
+        submitted = self._condition_since("Running")
+        requested = record.get("requested_at") if record else None
+        return isinstance(requested, int | float) and (
+            submitted is None or requested >= submitted.timestamp() - 1
+        )
+
+    def _terminating_pods(self) -> list[dict[str, Any]]:
+        pods = self.r.kube.list_cluster_pods(self.namespace, self._cluster_name())
+        return [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
+
+    def _disrupted(self, what: str, cluster_lost: bool) -> None:
+        """Resume at once from the checkpoint the driver wrote on the signal; not a failure
+        (``restarts`` and the backoff are untouched)."""
+        self._update_progress()
+        record = self._preempted or {}
+        if cluster_lost:
+            self.r.kube.delete_raycluster(self.namespace, self._cluster_name())
+        self.status.disruptions += 1
+        self.status.nextAttemptTime = rfc3339(self.now)
+        written = record.get("seconds_to_checkpoint")
+        timing = f" {written:.1f} s after the signal" if isinstance(written, int | float) else ""
+        self.transition(
+            Phase.RESTARTING,
+            "Disrupted",
+            f"{what}; the driver wrote checkpoint {self.status.lastCheckpoint}{timing}: resuming from it",
+        )
+
     # failures
     def _restart(self, reason: str, message: str, cluster_lost: bool) -> None:
         limit = self.spec.faultTolerance.backoffLimit
@@ -513,6 +595,10 @@ class _Step:
         self._update_progress()  # the newest checkpoint to resume from
         self.status.nextAttemptTime = None
         cluster = self._ensure_cluster()
+        if cluster is not None and queueing.held(cluster):
+            return self._queued(cluster)
+        if cluster is not None and self._terminating_pods():
+            return  # a disrupted pod still going: its replacement is what the next driver needs
         if cluster is not None and cluster_ready(cluster):
             return self._submit(cluster)
         self.transition(
@@ -564,12 +650,37 @@ class _Step:
         self.status.timesteps = progress.get("timesteps", self.status.timesteps)
         self.status.episodeReturnMean = progress.get("episode_return_mean", self.status.episodeReturnMean)
         self.status.lastCheckpoint = progress.get("last_checkpoint") or self.status.lastCheckpoint
+        self._preempted = progress.get("preempted") if isinstance(progress.get("preempted"), dict) else None
+        self._check_grace_period(progress)
         env_runner_restarts = progress.get("num_env_runner_restarts")
         self._count_restarts("envRunnerRestarts", "driverEnvRunnerRestarts", env_runner_restarts)
         self._count_restarts("learnerRestarts", "driverLearnerRestarts", progress.get("num_learner_restarts"))
         self.status.healthyEnvRunners = progress.get("num_healthy_env_runners")
         if progress.get("sweep") is True:
             self._mirror_sweep(progress)
+
+    def _check_grace_period(self, progress: dict[str, Any]) -> None:
+        """Warn once when the driver's measured iteration plus checkpoint (plus ``ray stop``'s
+        reserve) does not fit in ``preemption.gracePeriodSeconds``: a preemption would then
+        lose everything since the previous checkpoint."""
+        iteration, checkpoint = progress.get("seconds_per_iteration"), progress.get("seconds_per_checkpoint")
+        if not isinstance(iteration, int | float) or not isinstance(checkpoint, int | float):
+            return
+        needed = math.ceil(iteration + checkpoint + RAY_STOP_RESERVE_S)
+        grace = self.spec.preemption.gracePeriodSeconds
+        before = self.status.gracePeriodNeededSeconds
+        self.status.gracePeriodNeededSeconds = needed
+        if needed > grace and (before is None or before <= grace):
+            self.events.append(
+                Event(
+                    "Warning",
+                    "GracePeriodTooShort",
+                    f"preemption.gracePeriodSeconds is {grace}, but one iteration ({iteration:.1f} s) "
+                    f"and one checkpoint ({checkpoint:.1f} s) take about {needed} s with Ray's stop: "
+                    f"a preemption now loses the work since the last periodic checkpoint; raise "
+                    f"gracePeriodSeconds to at least {needed}",
+                )
+            )
 
     def _mirror_sweep(self, progress: dict[str, Any]) -> None:
         """A sweep's ``progress.json`` (``rltrainer.tune.sweep.SweepProgress``): trials by state,
@@ -631,6 +742,14 @@ def _job_failure_reason(job: JobInfo) -> str:
     S3 call), else ``JobFailed``."""
     last = job.message.strip().splitlines()[-1] if job.message.strip() else ""
     return "StorageUnusable" if "storage_path 's3://" in last and STORAGE_UNUSABLE in last else "JobFailed"
+
+
+def _is_head(pod: dict[str, Any]) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get("ray.io/node-type") == "head"
+
+
+def _job_last_line(job: JobInfo) -> str:
+    return job.message.strip().splitlines()[-1] if job.message.strip() else ""
 
 
 def _job_message(job: JobInfo) -> str:

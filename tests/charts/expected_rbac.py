@@ -18,7 +18,11 @@ From the operator's design (``rltrainer_operator.kube`` and kopf ``--standalone`
 - one Secret per experiment with ``rayAuth.mode: token``, ``<cluster>-ray-token``: created
   (a 409 means it is there already), never read, updated or deleted (it is owned by the
   experiment: the garbage collector deletes it); the token in it is derived, so the operator
-  never needs it back.
+  never needs it back;
+- Kueue's Workloads, listed by the ``kueue.x-k8s.io/job-uid`` label of a queued experiment's
+  RayCluster while Kueue holds it: why it waits (quota, a missing LocalQueue) or was preempted;
+- one PodDisruptionBudget per experiment with ``preemption.podDisruptionBudget``: created (a
+  409 means it is there already), owned by the experiment (the garbage collector deletes it).
 
 Nothing else: the operator never reads Secrets (pods get S3 credentials and the Ray token
 through ``secretKeyRef``), and it only lists Pods (never reads their logs or changes them).
@@ -40,4 +44,6 @@ OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
     ("", "secrets"): frozenset({"create"}),
     ("", "pods"): frozenset({"list"}),
+    ("kueue.x-k8s.io", "workloads"): frozenset({"list"}),
+    ("policy", "poddisruptionbudgets"): frozenset({"create"}),
 }

@@ -88,13 +88,15 @@ class Platform:
             return self.kuberay.delete_worker(namespace, cluster, "rollouts")
         return self.kuberay.kill_worker(namespace, cluster, "rollouts")
 
-    def apply(self, name: str, namespace: str, spec: dict[str, Any]) -> None:
+    def apply(
+        self, name: str, namespace: str, spec: dict[str, Any], labels: dict[str, str] | None = None
+    ) -> None:
         """``kubectl apply -f`` of the experiment (creating its namespace first when needed)."""
         spec = self.adapt(spec)
         body = {
             "apiVersion": "rltrainer.io/v1alpha1",
             "kind": "RLExperiment",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace, **({"labels": labels} if labels else {})},
             "spec": spec,
         }
         self.namespace(namespace)

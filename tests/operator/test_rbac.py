@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import apply, experiment_manifest, patch_spec, wait_for
+from conftest import MERGE, apply, experiment_manifest, patch_spec, wait_for
 from test_handlers import CLUSTER, events, start, wait_phase
 
 from tests.charts.expected_rbac import OPERATOR_API_CALLS
@@ -47,8 +47,13 @@ def run_life_cycle(
     """One experiment through every transition that touches the API, as the given identity."""
     runner = start(kube, kubeconfig=kubeconfig, namespaces=namespaces)
     try:
-        apply(kube, experiment_manifest(ttlSecondsAfterFinished=0))
+        manifest = experiment_manifest(ttlSecondsAfterFinished=0, preemption={"podDisruptionBudget": True})
+        manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team"}
+        apply(kube, manifest)
         wait_for("the RayCluster", lambda: kuberay.get(kube.ns, CLUSTER))
+        suspend_cluster(kube, True)  # as Kueue's webhook does: queued (the Workload is looked up)
+        wait_phase(kube, "Queued")
+        suspend_cluster(kube, False)  # admitted
         kuberay.ready(kube.ns, CLUSTER)
         wait_phase(kube, "Running")
         patch_spec(kube, {"rollouts": {"replicas": 3}})  # live scaling: patch the RayCluster
@@ -64,6 +69,12 @@ def run_life_cycle(
         wait_for("events", lambda: events(kube))
     finally:
         runner.stop()
+
+
+def suspend_cluster(kube: Any, suspend: bool) -> None:
+    kube.client.patch_namespaced_custom_object(
+        "ray.io", "v1", kube.ns, "rayclusters", CLUSTER, {"spec": {"suspend": suspend}}, _content_type=MERGE
+    )
 
 
 def experiments(kube: Any) -> list:

@@ -123,6 +123,7 @@ def test_provisions_runs_and_succeeds(ns, op, kube, kuberay, ray_api):
         "Failed": "False",
         "Suspended": "False",
         "Restarting": "False",
+        "Queued": "False",
     }
     assert status["observedGeneration"] == 1
     [submitted] = ray_api.submissions
@@ -507,3 +508,105 @@ def test_a_job_ray_failed_for_memory_restarts_naming_the_pods_group(op, kube, ku
     restarting = condition(status, "Restarting")
     assert status["phase"] == "Restarting" and restarting["reason"] == "OOMKilled", status
     assert "group learners" in restarting["message"] and "340Mi" in restarting["message"]
+
+
+# --- Kueue: queued, preempted; disruptions with a checkpoint on the signal ----------------------
+# Kueue itself runs on the real node (tests/node/test_shared_cluster.py); here its two effects on
+# a RayCluster are played: the suspend it sets (its webhook at creation, its preemption later).
+
+QUEUE_LABELS = {"kueue.x-k8s.io/queue-name": "team-gpus", "kueue.x-k8s.io/priority-class": "low"}
+
+
+def kueue_suspends(kube, ns: str, suspend: bool = True) -> None:
+    kube.client.patch_namespaced_custom_object(
+        "ray.io", "v1", ns, "rayclusters", CLUSTER, {"spec": {"suspend": suspend}}, _content_type=MERGE
+    )
+
+
+def queued_manifest(**spec: Any) -> dict[str, Any]:
+    manifest = experiment_manifest(**spec)
+    manifest["metadata"]["labels"] = dict(QUEUE_LABELS)
+    return manifest
+
+
+def test_a_queued_experiment_waits_without_timing_out_then_runs(ns, op, kube, kuberay):
+    apply(kube, queued_manifest(activeDeadlineSeconds=120))
+    op.step()
+    cluster = kuberay.get(ns, CLUSTER)
+    assert {k: cluster["metadata"]["labels"][k] for k in QUEUE_LABELS} == QUEUE_LABELS
+    kueue_suspends(kube, ns)
+    status = op.step()
+    assert status["phase"] == "Queued" and status.get("startTime") is None
+    assert condition(status, "Queued")["status"] == "True"
+    assert condition(status, "Provisioned")["status"] == "False"
+    # Kueue's API is not served on this control plane: the message says what is awaited.
+    assert "LocalQueue team-gpus" in status["message"], status
+    op.clock.advance(3600)  # far past the provisioning timeout (60 s) and the deadline (120 s)
+    status = op.step()
+    assert status["phase"] == "Queued" and status["restarts"] == 0
+    assert op.last_outcome.status is None  # nothing new: no event, no write
+
+    kueue_suspends(kube, ns, suspend=False)  # admitted
+    status = op.step()
+    assert status["phase"] == "Provisioning" and condition(status, "Provisioned")["reason"] == "Admitted"
+    assert status["startTime"] == "2026-01-01T01:00:00Z"  # the deadline counts from admission
+    kuberay.ready(ns, CLUSTER)
+    assert op.step()["phase"] == "Running"
+
+
+def test_a_kueue_preemption_queues_the_experiment_and_resumes_from_the_signals_checkpoint(
+    ns, op, kube, kuberay, ray_api
+):
+    apply(kube, queued_manifest())
+    op.step()
+    kuberay.ready(ns, CLUSTER)
+    status = op.step()
+    assert status["phase"] == "Running"
+    signalled = "s3://checkpoints/rl/ml/cartpole/trial/checkpoint_000012"
+    kueue_suspends(kube, ns)  # preempted: KubeRay deletes the pods, their hooks get the checkpoint
+    op.progress[(ns, NAME)] = {"iteration": 12, "last_checkpoint": signalled}
+    status = op.step()
+    assert status["phase"] == "Queued" and status["disruptions"] == 1 and status["restarts"] == 0
+    assert kuberay.get(ns, CLUSTER) is not None  # Kueue's to hold, not deleted
+
+    kueue_suspends(kube, ns, suspend=False)
+    kuberay.ready(ns, CLUSTER)
+    status = op.step()
+    assert status["phase"] == "Running"
+    assert f"--resume-from {signalled}" in ray_api.submissions[-1]["entrypoint"]
+
+
+def test_a_driver_preempted_by_a_pods_hook_resumes_at_once_not_counted_as_a_restart(ns, op, kuberay, ray_api):
+    status = start_running(op, kuberay)
+    signalled = "s3://checkpoints/rl/ml/cartpole/trial/checkpoint_000009"
+    op.progress[(ns, NAME)] = {
+        "iteration": 9,
+        "last_checkpoint": signalled,
+        "preempted": {"reason": "pod-terminating", "requested_at": 1.0e10, "seconds_to_checkpoint": 2.5},
+    }
+    last_line = f"preempted (pod-terminating): checkpoint {signalled} written after 9 iteration(s)"
+    ray_api.set(status["jobId"], "FAILED", f"...\n{last_line}")
+    status = op.step()
+    assert status["phase"] == "Restarting" and condition(status, "Restarting")["reason"] == "Disrupted"
+    assert status["restarts"] == 0 and status["disruptions"] == 1
+    assert "2.5 s after the signal" in status["message"], status
+    status = op.step()  # no backoff: at once, on the same (healthy) cluster
+    assert status["phase"] == "Running"
+    assert f"--resume-from {signalled}" in ray_api.submissions[-1]["entrypoint"]
+
+
+def test_a_grace_period_shorter_than_an_iteration_and_a_checkpoint_is_warned_once(ns, op, kuberay):
+    start_running(op, kuberay, preemption={"gracePeriodSeconds": 30})
+    op.progress[(ns, NAME)] = {"iteration": 3, "seconds_per_iteration": 20.0, "seconds_per_checkpoint": 8.0}
+    status = op.step()
+    assert status["gracePeriodNeededSeconds"] == 33  # 20 + 8 + Ray's stop (5)
+    warned = [message for reason, message in op.events if reason == "GracePeriodTooShort"]
+    assert len(warned) == 1 and "at least 33" in warned[0], op.events
+    op.step()
+    assert len([r for r, _ in op.events if r == "GracePeriodTooShort"]) == 1
+
+
+def test_a_grace_period_below_ten_seconds_is_refused_by_the_api_server(kube):
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        apply(kube, experiment_manifest(preemption={"gracePeriodSeconds": 5}))
+    assert "gracePeriodSeconds" in refused.value.body and "10" in refused.value.body

@@ -127,4 +127,12 @@ Same rules in the ClusterRole (cluster-wide) and in each namespaced Role.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["create"]
+# Kueue's Workload of a queued experiment's RayCluster: why it waits, or was preempted.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list"]
+# spec.preemption.podDisruptionBudget: created once with the cluster (the GC deletes it).
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["create"]
 {{- end -}}

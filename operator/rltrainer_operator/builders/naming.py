@@ -8,7 +8,6 @@ import re
 
 MANAGED_BY = "rltrainer-operator"
 EXPERIMENT_LABEL = "rltrainer.io/experiment"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: KubeRay: once provisioned, do not recreate a lost head (a new head loses every worker and job;
 #: the operator restarts the experiment from its newest checkpoint instead).
 NO_HEAD_RESTART_ANNOTATION = "ray.io/disable-provisioned-head-restart"

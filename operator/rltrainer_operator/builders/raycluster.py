@@ -20,13 +20,13 @@ import re
 from typing import Any
 
 from rltrainer_operator.builders.naming import (
-    KUEUE_QUEUE_LABEL,
     NO_HEAD_RESTART_ANNOTATION,
     labels,
     ray_token_secret_name,
     raycluster_name,
 )
 from rltrainer_operator.models import GROUP, KIND, VERSION, ExperimentSpec, Toleration
+from rltrainer_operator.queueing import kueue_labels
 from rltrainer_operator.settings import Settings
 from rltrainer_operator.sweep import concurrency, driver_cpus, is_sweep
 
@@ -114,10 +114,7 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
     """The RayCluster for ``experiment`` (its body, for owner/labels) with parsed ``spec``."""
     meta = experiment["metadata"]
     name = meta["name"]
-    extra_labels = {}
-    queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
-    if queue:
-        extra_labels[KUEUE_QUEUE_LABEL] = queue  # Kueue admits the RayCluster as one workload
+    extra_labels = kueue_labels(meta.get("labels"))  # Kueue admits the RayCluster as one workload
     image = spec.image or settings.default_image
     env = pod_env(spec, settings)
     shape = cluster_shape(spec)
@@ -135,6 +132,7 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
             node_selector=spec.learners.nodeSelector,
             tolerations=spec.learners.tolerations,
             service_account=spec.storage.serviceAccountName,
+            grace_period_s=spec.preemption.gracePeriodSeconds,
         ),
         worker_group(
             ROLLOUTS_GROUP,
@@ -148,6 +146,7 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
             node_selector=spec.rollouts.nodeSelector,
             tolerations=spec.rollouts.tolerations,
             service_account=spec.storage.serviceAccountName,
+            grace_period_s=spec.preemption.gracePeriodSeconds,
         ),
     ]
     cluster = raycluster_name(name)
@@ -188,10 +187,11 @@ def build_raycluster(experiment: dict[str, Any], spec: ExperimentSpec, settings:
                         {"containerPort": settings.dashboard_port, "name": "dashboard"},
                         {"containerPort": 10001, "name": "client"},
                     ],
-                    node_selector={},
-                    tolerations=[],
+                    node_selector=spec.head.nodeSelector,
+                    tolerations=spec.head.tolerations,
                     service_account=spec.storage.serviceAccountName,
                     pod_labels=labels(name, extra_labels),
+                    grace_period_s=spec.preemption.gracePeriodSeconds,
                 ),
             },
             # A group with 0 replicas is kept so that scaling it up later is a plain replicas patch.
@@ -219,6 +219,7 @@ def worker_group(
     node_selector: dict[str, str],
     tolerations: list[Toleration],
     service_account: str | None,
+    grace_period_s: int,
 ) -> dict[str, Any]:
     """One worker group: ``replicas`` pods, each advertising one unit of ``custom_resource``."""
     quantity = cpu_quantity(cpus)
@@ -243,6 +244,7 @@ def worker_group(
             tolerations=tolerations,
             service_account=service_account,
             pod_labels={"rltrainer.io/group": group},
+            grace_period_s=grace_period_s,
         ),
     }
 
@@ -258,9 +260,11 @@ def pod_template(
     tolerations: list[Toleration],
     service_account: str | None,
     pod_labels: dict[str, str],
+    grace_period_s: int,
 ) -> dict[str, Any]:
     """A Ray pod: requests equal limits (Guaranteed QoS, as KubeRay recommends for Ray pods)."""
     spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": grace_period_s,
         "containers": [
             {
                 "name": container,
@@ -270,11 +274,7 @@ def pod_template(
                 # A crash's last log lines become the container's termination message, which the
                 # operator quotes in the experiment's condition (pod_problems).
                 "terminationMessagePolicy": "FallbackToLogsOnError",
-                # KubeRay's command runs Ray under ``bash -c`` as the first process, which ignores
-                # SIGTERM: without this hook a deleted Ray pod lingers its whole grace period (30 s),
-                # delaying every restart. ``ray stop`` ends the Ray processes, so ``ray start --block``
-                # and the container end at once (Ray's KubeRay guide recommends this hook).
-                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+                "lifecycle": {"preStop": {"exec": {"command": pre_stop_command(grace_period_s)}}},
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
@@ -290,6 +290,25 @@ def pod_template(
     if service_account:
         spec["serviceAccountName"] = service_account
     return {"metadata": {"labels": dict(pod_labels)}, "spec": spec}
+
+
+#: Seconds of a pod's grace period kept for ``ray stop`` after the driver's checkpoint.
+RAY_STOP_RESERVE_S = 5
+
+
+def pre_stop_command(grace_period_s: int) -> list[str]:
+    """Every Ray container's preStop hook: ask the experiment's driver for a checkpoint and wait
+    until it is written (``rltrainer.preemption``; it returns at once when no driver runs), then
+    ``ray stop``. KubeRay's command runs Ray under ``bash -c`` as the first process, which ignores
+    SIGTERM: without ``ray stop`` a deleted Ray pod lingers its whole grace period, delaying every
+    restart (Ray's KubeRay guide recommends that hook). The kubelet sends SIGTERM only after the
+    hook, and kills the container when the grace period ends, hook or not."""
+    wait_s = max(1, grace_period_s - RAY_STOP_RESERVE_S)
+    return [
+        "/bin/sh",
+        "-c",
+        f"python -m rltrainer.preemption hook --timeout {wait_s} --reason pod-terminating; ray stop",
+    ]
 
 
 def pod_env(spec: ExperimentSpec, settings: Settings) -> list[dict[str, Any]]:
