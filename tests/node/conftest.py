@@ -13,7 +13,8 @@ Service as in any cluster. ``node``: the kubelet, containerd and the scheduler
 ``~/.cache/rltrainer-node`` so that an image imported once stays imported. ``gpu_node``: a
 second kubelet on the same pod network (``local_stack.two_nodes``' GPU node: one
 ``nvidia.com/gpu`` advertised, tainted for it), started only by the tests that need two nodes.
-``images``: ``make images`` (podman, the local Debian base; cached layers make a rebuild take
+``kueue``: Kueue's own controller (``make kueue``) with its webhooks, for the shared-cluster
+tests. ``images``: ``make images`` (podman, the local Debian base; cached layers make a rebuild take
 seconds) and both images imported into the node; ``gpu_images``: the trainer image on the GPU
 node too.
 Everything here skips, naming what to install, where the node's packages or binaries are missing.
@@ -35,6 +36,7 @@ from rltrainer_operator.testing import local_stack
 from rltrainer_operator.testing.cluster_network import ClusterNetwork
 from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 from rltrainer_operator.testing.kuberay import KubeRayOperator
+from rltrainer_operator.testing.kueue import KueueController
 from rltrainer_operator.testing.node import Node, find_node_assets, import_images, missing_node_requirements
 from tests.conftest import RLX_CRD, built_part, kuberay_crd_files
 
@@ -99,6 +101,14 @@ def cluster_network(control_plane, pod_network):
 def kuberay_operator(control_plane):
     """KubeRay's own operator for the Pod tests' control plane (every namespace)."""
     with KubeRayOperator(control_plane, built_part("kuberay")) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def kueue(control_plane):
+    """Kueue (``make kueue``) with its RayCluster integration, for the rest of the run once a
+    test asks for it (it acts only on RayClusters labelled for one of its queues)."""
+    with KueueController(control_plane, built_part("kueue")) as started:
         yield started
 
 
