@@ -47,3 +47,10 @@ OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = {
     ("kueue.x-k8s.io", "workloads"): frozenset({"list"}),
     ("policy", "poddisruptionbudgets"): frozenset({"create"}),
 }
+
+#: The replicas' leader election (``rltrainer_operator.leader_election``), on one Lease in the
+#: release namespace only: read it, create it (the first replica), renew or take it over (an
+#: update with its resourceVersion). Granted by its own Role there, never cluster-wide.
+LEADER_ELECTION_CALLS: dict[tuple[str, str], frozenset[str]] = {
+    ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+}

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from rltrainer_operator.settings import PREFIX, Settings
-from tests.charts.expected_rbac import OPERATOR_API_CALLS
+from tests.charts.expected_rbac import LEADER_ELECTION_CALLS, OPERATOR_API_CALLS
 from tests.charts.helpers import (
     CHART_DIR,
     CLUSTER,
@@ -110,13 +110,28 @@ def env_values(objects: list[dict[str, Any]]) -> dict[str, str]:
     return {env["name"]: env["value"] for env in container(objects)["env"] if "value" in env}
 
 
-def expected_permissions(scopes: list[str]) -> set[Permission]:
-    return {
+def expected_permissions(scopes: list[str], leader_election: bool = True) -> set[Permission]:
+    """The table's calls in each scope, and the Lease's in the release namespace."""
+    calls = {
         Permission(group, resource, verb, scope)
         for (group, resource), verbs in OPERATOR_API_CALLS.items()
         for verb in verbs
         for scope in scopes
     }
+    if leader_election:
+        calls |= {
+            Permission(group, resource, verb, NAMESPACE)
+            for (group, resource), verbs in LEADER_ELECTION_CALLS.items()
+            for verb in verbs
+        }
+    return calls
+
+
+def operator_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Roles of the watched namespaces (not the leader election's)."""
+    return [
+        role for role in of_kind(objects, "Role") if not role["metadata"]["name"].endswith("-leader-election")
+    ]
 
 
 # --- the chart as Helm sees it -----------------------------------------------------------------
@@ -201,9 +216,14 @@ def test_names_are_capped_at_63_characters() -> None:
 
 def test_cluster_wide_rbac_is_exactly_the_operators_calls() -> None:
     objects = render_objects()
-    assert of_kind(objects, "ClusterRole") and not of_kind(objects, "Role")
-    assert not of_kind(objects, "RoleBinding")
+    assert of_kind(objects, "ClusterRole") and not operator_roles(objects)
+    assert [role["metadata"]["namespace"] for role in of_kind(objects, "Role")] == [NAMESPACE]
     assert granted_permissions(objects, SERVICE_ACCOUNT) == expected_permissions([CLUSTER])
+    without = render_objects({"leaderElection": {"enabled": False}, "replicas": 1})
+    assert not of_kind(without, "Role") and not of_kind(without, "RoleBinding")
+    assert granted_permissions(without, SERVICE_ACCOUNT) == expected_permissions(
+        [CLUSTER], leader_election=False
+    )
 
 
 @pytest.mark.parametrize(
@@ -219,7 +239,7 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace(
 ) -> None:
     objects = render_objects(values)
     assert not of_kind(objects, "ClusterRole") and not of_kind(objects, "ClusterRoleBinding")
-    assert sorted(role["metadata"]["namespace"] for role in of_kind(objects, "Role")) == namespaces
+    assert sorted(role["metadata"]["namespace"] for role in operator_roles(objects)) == namespaces
     assert granted_permissions(objects, SERVICE_ACCOUNT) == expected_permissions(namespaces)
     watched = [
         arg for arg in container(objects)["args"] if arg.startswith(("--namespace", "--all-namespaces"))
@@ -229,7 +249,7 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace(
 
 def test_rbac_and_service_account_can_be_left_to_the_platform() -> None:
     objects = render_objects(CASES["rbac-off"])
-    assert {obj["kind"] for obj in objects} == {"Deployment", "Service", "Secret"}
+    assert {obj["kind"] for obj in objects} == {"Deployment", "Service", "Secret", "PodDisruptionBudget"}
     assert deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == "platform-sa"
 
 
@@ -239,7 +259,9 @@ def test_no_wildcards_secret_reads_or_peering() -> None:
         assert granted
         for permission in granted:
             assert "*" not in permission[:3], permission
-            assert permission.resource not in {"configmaps", "leases"}, permission
+            assert permission.resource != "configmaps", permission
+            # Leases: the one of the leader election, in the release namespace only.
+            assert permission.resource != "leases" or permission.scope == NAMESPACE, permission
             # Pods: listed (why a cluster is not ready), never read one by one, watched or changed.
             assert permission.resource != "pods" or permission.verb == "list", permission
             # Secrets: only created (each experiment's Ray token), never read, listed or watched.
@@ -260,6 +282,8 @@ def test_every_operator_call_is_allowed(case: str) -> None:
         ("", "events"): f"/api/v1/namespaces/{namespace}/events",
         ("", "secrets"): f"/api/v1/namespaces/{namespace}/secrets",
         ("", "pods"): f"/api/v1/namespaces/{namespace}/pods",
+        ("kueue.x-k8s.io", "workloads"): f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads",
+        ("policy", "poddisruptionbudgets"): f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
     }
     requests = {
         "get": ("GET", "/x"),
@@ -328,10 +352,37 @@ def test_operator_settings_come_from_the_chart() -> None:
     assert settings.cluster_domain == defaults.cluster_domain
 
 
-def test_single_replica_recreated_never_overlapping() -> None:
-    spec = deployment(render_objects())["spec"]
+def test_two_replicas_elect_one_spread_and_kept_through_drains() -> None:
+    objects = render_objects()
+    spec = deployment(objects)["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objects)["env"]}
+    assert env["RLTRAINER_LEADER_ELECTION"] == "true" and env["RLTRAINER_LEADER_ELECTION_LEASE"] == RELEASE
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    spread = spec["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert spread[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    (budget,) = of_kind(objects, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == spec["selector"]
+
+
+def test_one_replica_without_election_is_recreated_never_overlapping() -> None:
+    objects = render_objects({"leaderElection": {"enabled": False}, "replicas": 1})
+    spec = deployment(objects)["spec"]
     assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert "affinity" not in spec["template"]["spec"] and not of_kind(objects, "PodDisruptionBudget")
+    env = {e["name"]: e.get("value") for e in container(objects)["env"]}
+    assert env["RLTRAINER_LEADER_ELECTION"] == "false"
     assert deployment(render_objects({"replicas": 0}))["spec"]["replicas"] == 0
+    with pytest.raises(Exception, match="replicas above 1 need leaderElection.enabled"):
+        render_objects({"leaderElection": {"enabled": False}})
 
 
 def test_pod_runs_non_root_read_only_without_capabilities() -> None:
@@ -388,7 +439,7 @@ def test_s3_credentials_and_scheduling() -> None:
     # Without a Secret: no AWS variables, the service account's workload identity is used.
     default_env = container(render_objects())["env"]
     assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & {item["name"] for item in default_env}
-    assert [item["name"] for item in default_env if "valueFrom" in item] == [
+    assert [item["name"] for item in default_env if "secretKeyRef" in item.get("valueFrom", {})] == [
         "RLTRAINER_OPERATOR_RAY_TOKEN_KEY"
     ]
 
@@ -468,7 +519,7 @@ def test_notes_give_next_steps() -> None:
     ("values", "message"),
     [
         ({"replicas": "two"}, "at '/replicas': got string, want integer"),
-        ({"replicas": 2}, "at '/replicas': maximum: got 2, want 1"),
+        ({"replicas": 11}, "at '/replicas': maximum: got 11, want 10"),
         ({"imagee": {"tag": "x"}}, "additional properties 'imagee' not allowed"),
         ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
         ({"watch": {"clusterWide": "yes"}}, "at '/watch/clusterWide': got string, want boolean"),

@@ -58,6 +58,9 @@ def values(s3: S3Server, image: str, **more: Any) -> dict[str, Any]:
         "s3": {"endpointURL": s3.endpoint, "region": REGION, "credentialsSecret": {"name": "operator-s3"}},
         "operator": {"pollIntervalSeconds": 1},
         "terminationGracePeriodSeconds": 20,
+        # One replica (with its leader elector): these tests follow "the" operator Pod; two
+        # replicas electing one are tests/operator/test_leader_election.py's.
+        "replicas": 1,
         **more,
     }
 

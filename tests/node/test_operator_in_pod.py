@@ -44,6 +44,9 @@ def release_values(**values: Any) -> dict[str, Any]:
         "metrics": {"enabled": True},
         "terminationGracePeriodSeconds": GRACE_S,
         "operator": {"pollIntervalSeconds": 1},
+        # One replica (with its leader elector): these tests follow "the" operator Pod; two
+        # replicas electing one are tests/operator/test_leader_election.py's.
+        "replicas": 1,
         **values,
     }
 

@@ -1,0 +1,226 @@
+"""One acting operator among replicas: leader election on a ``coordination.k8s.io/v1`` Lease.
+
+Every replica runs this elector; only the one holding the Lease runs the operator (``kopf run
+--standalone ...``, a child process). It is what KubeRay's and Kueue's controllers do (client-go's
+``leaderelection`` on a Lease, through controller-runtime), with client-go's timings: a 15 s lease,
+renewed every 2 s, given up when it could not be renewed for 10 s. Kopf's own peering was the
+other choice; it is not one here: it keeps its peers in a cluster-scoped custom resource of its
+own (a CRD to install, cluster-wide write permission), and a paused peer only stops handling
+after it notices the other's higher priority, while a Lease is the object every platform
+engineer already reads (``kubectl get lease -n <ns>``) and its holder is the one identity that
+acts.
+
+The leader stops acting before anyone else may start: when a renewal fails past the deadline
+(10 s, while the Lease lasts 15 s for the others) the operator child is killed at once and the
+elector exits, so the Pod restarts as a follower. When the operator child ends by itself, the
+elector releases the Lease (the standby takes over in about one retry period, 2 s) and exits with
+the child's status. A follower answers the liveness probe on the operator's ``--liveness`` address
+until it leads; then the operator answers it.
+
+    python -m rltrainer_operator.leader_election -- kopf run --standalone -m rltrainer_operator.handlers ...
+
+Environment: ``RLTRAINER_LEADER_ELECTION`` (``true`` by default; ``false`` runs the command at
+once, as a single replica does), ``RLTRAINER_LEADER_ELECTION_LEASE`` (the Lease's name),
+``POD_NAMESPACE`` (where it lives) and ``POD_NAME`` (this replica's identity; the Helm chart sets
+both from the downward API), and ``KUBECONFIG`` outside a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+logger = logging.getLogger("rltrainer_operator.leader_election")
+
+#: client-go's defaults (controller-runtime's too).
+LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S = 15, 10, 2
+DEFAULT_LEASE = "rltrainer-operator"
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(200 if self.path.startswith("/healthz") else 404)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def liveness_address(command: list[str]) -> tuple[str, int] | None:
+    """The ``--liveness=http://HOST:PORT/...`` address of a ``kopf run`` command, if it has one
+    (the last one given, as kopf reads it: the chart's arguments follow the image's)."""
+    for arg in reversed(command):
+        if arg.startswith("--liveness="):
+            url = urllib.parse.urlsplit(arg.split("=", 1)[1])
+            if url.hostname and url.port:
+                return url.hostname, url.port
+    return None
+
+
+class Candidate:
+    """One replica: follows until it holds the Lease, then runs ``command`` while it holds it."""
+
+    def __init__(self, command: list[str], lease: str, namespace: str, identity: str) -> None:
+        self.command = command
+        self.lease, self.namespace, self.identity = lease, namespace, identity
+        self.child: subprocess.Popen | None = None
+        self.exit_code = 1
+        self._health: ThreadingHTTPServer | None = None
+
+    # --- the follower's liveness -----------------------------------------------------------------
+    def serve_health(self) -> None:
+        address = liveness_address(self.command)
+        if address is None:
+            return
+        self._health = ThreadingHTTPServer(address, _Health)
+        threading.Thread(target=self._health.serve_forever, daemon=True).start()
+
+    def stop_health(self) -> None:
+        if self._health is not None:
+            self._health.shutdown()
+            self._health.server_close()  # the operator's own endpoint takes the port
+            self._health = None
+
+    # --- leading ----------------------------------------------------------------------------------
+    def lead(self) -> None:
+        """Run the operator; returns (raising) when it ends, which stops the renewals."""
+        logger.info("%s holds Lease %s/%s: starting the operator", self.identity, self.namespace, self.lease)
+        self.stop_health()
+        self.child = subprocess.Popen(self.command)
+        self.exit_code = self.child.wait()
+        raise RuntimeError(f"the operator ended with status {self.exit_code}")
+
+    def stopped_leading(self) -> None:
+        """Renewals stopped (lost past the deadline, or the operator ended): no acting after this."""
+        child = self.child
+        if child is not None and child.poll() is None:
+            logger.error(
+                "%s lost Lease %s/%s: stopping the operator now", self.identity, self.namespace, self.lease
+            )
+            child.kill()  # before the Lease can expire for the others: no graceful overlap
+            child.wait()
+        else:
+            self.release()
+        os._exit(self.exit_code if child is not None and child.returncode == 0 else 1)
+
+    def release(self) -> None:
+        """Give the Lease up (the operator ended by itself): the standby need not wait it out."""
+        import kubernetes
+
+        api = kubernetes.client.CoordinationV1Api()
+        try:
+            lease = api.read_namespaced_lease(self.lease, self.namespace)
+            if lease.spec.holder_identity == self.identity:
+                lease.spec.holder_identity = ""
+                lease.spec.lease_duration_seconds = 1
+                api.replace_namespaced_lease(self.lease, self.namespace, lease)
+        except Exception as err:  # noqa: BLE001 - it expires by itself anyway
+            logger.info("could not release Lease %s/%s: %s", self.namespace, self.lease, err)
+
+    def run(self) -> None:
+        from kubernetes.leaderelection import electionconfig, leaderelection
+        from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+        config = electionconfig.Config(
+            LeaseLock(self.lease, self.namespace, self.identity),
+            LEASE_DURATION_S,
+            RENEW_DEADLINE_S,
+            RETRY_PERIOD_S,
+            self.lead,
+            self.stopped_leading,
+        )
+        self.serve_health()
+        logger.info("%s waits for Lease %s/%s", self.identity, self.namespace, self.lease)
+        leaderelection.LeaderElection(config).run()
+
+
+class _JsonLines(logging.Formatter):
+    """One JSON object a line, as kopf's ``--log-format=json`` writes them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(
+            {
+                "message": record.getMessage(),
+                "timestamp": self.formatTime(record),
+                "severity": record.levelname.lower(),
+                "logger": record.name,
+            }
+        )
+
+
+def _configure_logging(json_lines: bool) -> None:
+    """The elector logs as the operator does: JSON lines when kopf is asked for them."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        _JsonLines() if json_lines else logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+    )
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
+def _load_kubernetes_config() -> None:
+    import kubernetes
+
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
+
+
+def _namespace() -> str:
+    configured = os.environ.get("POD_NAMESPACE")
+    if configured:
+        return configured
+    in_cluster = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    if os.path.exists(in_cluster):
+        with open(in_cluster) as found:
+            return found.read().strip()
+    return "default"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rltrainer_operator.leader_election", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the operator's command line")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the operator's command after --")
+    _configure_logging(json_lines="--log-format=json" in command)
+    if os.environ.get("RLTRAINER_LEADER_ELECTION", "true").lower() in ("false", "0", "no"):
+        os.execvp(command[0], command)  # one replica: the operator alone, as before
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    lease = os.environ.get("RLTRAINER_LEADER_ELECTION_LEASE") or DEFAULT_LEASE
+    _load_kubernetes_config()
+    candidate = Candidate(command, lease, _namespace(), identity)
+    # SIGTERM (the Pod deleted): stop the operator first, then go; the Lease is released.
+    signal.signal(signal.SIGTERM, lambda *_: _terminate(candidate))
+    candidate.run()
+    return candidate.exit_code
+
+
+def _terminate(candidate: Candidate) -> None:
+    child = candidate.child
+    if child is not None and child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        candidate.release()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

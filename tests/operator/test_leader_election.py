@@ -1,0 +1,144 @@
+"""Two operator replicas, one acting: leader election on a Lease, against the real API server.
+
+Each replica is what the chart's Pod runs: ``python -m rltrainer_operator.leader_election --
+kopf run --standalone ...`` (a process group of its own, as a container). The leader is killed
+mid-life (SIGKILL: no chance to release; SIGTERM: a deleted Pod, which releases), and the other
+takes over; an experiment driven through both never gets a second RayCluster or job, and its
+status does not go back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import kubernetes
+import pytest
+from conftest import apply, experiment_manifest, get_experiment, wait_for
+
+from rltrainer_operator.leader_election import LEASE_DURATION_S, RETRY_PERIOD_S
+from rltrainer_operator.testing.envtest import free_port
+
+LEASE = "rltrainer-operator"
+
+
+class Replica:
+    """One replica's elector and (once it leads) operator, as a process group."""
+
+    def __init__(self, kube: Any, name: str, logs: Any) -> None:
+        self.name = name
+        env = {
+            **os.environ,
+            "KUBECONFIG": kube.kubeconfig,
+            "POD_NAMESPACE": kube.ns,
+            "POD_NAME": name,
+            "RLTRAINER_OPERATOR_RAY_TOKEN_KEY": "test-key",
+            "RLTRAINER_OPERATOR_POLL_INTERVAL_S": "1",
+            "RLTRAINER_OPERATOR_METRICS_PORT": "0",
+            # Progress reads go to a closed local port: nothing leaves this machine.
+            "RLTRAINER_OPERATOR_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+        }
+        command = [
+            sys.executable, "-m", "rltrainer_operator.leader_election", "--",
+            sys.executable, "-m", "kopf", "run", "--standalone", "-m", "rltrainer_operator.handlers",
+            f"--namespace={kube.ns}", f"--liveness=http://127.0.0.1:{free_port()}/healthz",
+        ]  # fmt: skip
+        self.log = logs / f"{name}.log"
+        self.process = subprocess.Popen(
+            command, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def operator_running(self) -> bool:
+        """Whether this replica runs the operator (the elector has a child)."""
+        done = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True)
+        return bool(done.stdout.strip())
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.process.pid, sig)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def holder(kube: Any) -> str | None:
+    api = kubernetes.client.CoordinationV1Api(kube.api_client)
+    try:
+        lease = api.read_namespaced_lease(LEASE, kube.ns)
+    except kubernetes.client.ApiException:
+        return None
+    return lease.spec.holder_identity or None
+
+
+@pytest.fixture
+def replicas(kube, tmp_path):
+    started: list[Replica] = []
+
+    def start(name: str) -> Replica:
+        replica = Replica(kube, name, tmp_path)
+        started.append(replica)
+        return replica
+
+    yield start
+    for replica in started:
+        replica.stop()
+
+
+def test_one_replica_acts_and_the_other_takes_over(kube, kuberay, ray_api, replicas):
+    stop_ready = kuberay.run_in_background([kube.ns])
+    try:
+        a, b = replicas("replica-a"), replicas("replica-b")
+        leader_name = wait_for("a leader", lambda: holder(kube), 60)
+        leader, follower = (a, b) if leader_name == a.name else (b, a)
+        wait_for("the leader's operator", leader.operator_running, 30)
+        apply(kube, experiment_manifest())
+        running = wait_for(
+            "Running",
+            lambda: (s := get_experiment(kube).get("status") or {}).get("phase") == "Running" and s,
+            60,
+        )
+        assert not follower.operator_running(), "the follower runs an operator"
+
+        # SIGKILL: no release; the follower takes over once the Lease expires.
+        killed = time.monotonic()
+        leader.signal(signal.SIGKILL)
+        wait_for("the follower to lead", lambda: holder(kube) == follower.name, LEASE_DURATION_S + 20)
+        took_over_s = time.monotonic() - killed
+        assert took_over_s <= LEASE_DURATION_S + 3 * RETRY_PERIOD_S + 5, took_over_s
+        wait_for("the new leader's operator", follower.operator_running, 30)
+
+        # A replacement Pod follows; SIGTERM (a deleted Pod) releases the Lease at once.
+        replacement = replicas("replica-c")
+        time.sleep(2 * RETRY_PERIOD_S)
+        assert holder(kube) == follower.name and not replacement.operator_running()
+        released = time.monotonic()
+        follower.signal(signal.SIGTERM)
+        wait_for("the replacement to lead", lambda: holder(kube) == replacement.name, LEASE_DURATION_S + 20)
+        handed_over_s = time.monotonic() - released
+        assert handed_over_s < LEASE_DURATION_S, handed_over_s  # released, not waited out
+        wait_for("its operator", replacement.operator_running, 30)
+
+        ray_api.set(running["jobId"], "SUCCEEDED")
+        done = wait_for(
+            "Succeeded",
+            lambda: (s := get_experiment(kube).get("status") or {}).get("phase") == "Succeeded" and s,
+            60,
+        )
+        assert done["jobId"] == running["jobId"] and done["restarts"] == 0, done
+        assert [s["submission_id"] for s in ray_api.submissions] == [running["jobId"]]  # one job
+        created = [
+            e["objectRef"].get("name") or e["requestURI"]
+            for e in kube.requests(verb="create", resource="rayclusters")
+            if e["responseStatus"]["code"] == 201
+        ]
+        assert len(created) == 1, created  # one RayCluster, by one of the three
+        print(f"failover: {took_over_s:.1f} s after SIGKILL, {handed_over_s:.1f} s after SIGTERM")
+    finally:
+        stop_ready.set()
