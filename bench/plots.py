@@ -54,6 +54,18 @@ HEADERS = {
     "forward_train": "compiled forward_train",
     "complete_update": "compiled complete_update",
     "complete_update_reduce_overhead": "complete_update + reduce-overhead",
+    "k": "SIGTERM after iteration",
+    "checkpoint_iteration": "checkpoint's iteration",
+    "exit_status": "exit status",
+    "last_line_preempted": "last line preempted (",
+    "iterations_once": "iterations 1..N once each",
+    "sigterm_to_checkpoint_s": "SIGTERM to checkpoint (s)",
+    "return_undisturbed": "final return, undisturbed",
+    "return_resumed": "final return, preempted and resumed",
+    "return_difference": "difference",
+    "repeat_identical": "two undisturbed runs identical",
+    "identical_to_checkpoint": "identical up to the checkpoint",
+    "first_different_iteration": "first different iteration",
 }
 LIBRARIES = ("rltrainer", "Stable-Baselines3", "sb3-contrib", "RLlib")
 COLORS = {
