@@ -314,3 +314,35 @@ def test_hook_waits_until_a_submitted_jobs_end_is_recorded(tmp_path: Path) -> No
     assert out.splitlines()[-1].startswith(
         f"{PREEMPTED_LINE_PREFIX}preStop): checkpoint {outcome.checkpoint} "
     )
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_a_workers_hook_asks_nothing_but_follows_the_heads_request(tmp_path: Path) -> None:
+    """``--follow``: alone, a worker's hook goes once its window ends (the job replaces the
+    worker); with the head's request in that window, it waits for the checkpoint as the head's
+    hook does (the worker serves the iteration in flight)."""
+    config = tiny_config(tmp_path)
+    alone, alone_returned = in_thread(
+        lambda: request_checkpoint(gcs_address(), timeout_s=DEADLINE_S, follow_s=0.5)
+    )
+    follower, followed = in_thread(
+        lambda: request_checkpoint(gcs_address(), timeout_s=DEADLINE_S, follow_s=30)
+    )
+    head, _ = in_thread(lambda: request_checkpoint(gcs_address(), timeout_s=DEADLINE_S, reason="preempted"))
+
+    class Reporter(AskAfter):
+        def on_result(self, result: dict[str, Any]) -> None:
+            if result["training_iteration"] == 1:  # a worker alone: no request, training goes on
+                alone.start()
+                alone.join(DEADLINE_S)
+            super().on_result(result)
+
+    reporter = Reporter(3, lambda: (follower.start(), head.start()))
+    result = run_experiment(config.copy(), {"training_iteration": 100}, reporter=reporter)
+    follower.join(DEADLINE_S)
+    head.join(DEADLINE_S)
+    assert alone_returned[0].status == "no-request", alone_returned[0].line
+    assert result.stopped_by == PREEMPTED and result.iterations == 3
+    outcome, returned_at = followed
+    assert outcome.status == "checkpointed" and outcome.checkpoint == result.checkpoint_path, outcome.line
+    assert returned_at >= result.preempted["checkpoint_written_at"]

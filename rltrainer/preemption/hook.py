@@ -29,7 +29,7 @@ _JOB_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 
 @dataclasses.dataclass
 class HookOutcome:
-    """What a hook saw: ``status`` is ``no-gcs``, ``no-driver``, ``checkpointed``, ``failed``,
+    """What a hook saw: ``status`` is ``no-gcs``, ``no-driver``, ``no-request``, ``checkpointed``, ``failed``,
     ``ended``, ``timed-out`` or ``lost-gcs``; ``line`` says it in one line."""
 
     status: str
@@ -43,6 +43,7 @@ def request_checkpoint(
     timeout_s: float | None = None,
     reason: str = "preStop",
     pod: str | None = None,
+    follow_s: float | None = None,
 ) -> HookOutcome:
     """The hook: ask every driver watching the cluster for a checkpoint and wait for their answers.
 
@@ -50,6 +51,13 @@ def request_checkpoint(
     answered (checkpoint written or failed) or ended, or after ``timeout_s``. A driver started
     as a Ray job is also waited for until its job has ended, so that the job's final status and
     last line are recorded before the pod goes.
+
+    ``follow_s`` (a worker pod's hook): ask nothing; wait up to ``follow_s`` for another pod's
+    request (the head's, when the whole cluster goes: Kueue's preemption, a spot node with the
+    head) and then for its answers as the asker does, so that this worker serves the iteration
+    in flight until the checkpoint is written. With no request by then, return at once: a worker
+    lost alone is replaced in the running job (env runner or learner restarts), no checkpoint
+    or driver restart needed.
     """
     address = address or default_gcs_address()
     timeout_s = _default_timeout() if timeout_s is None else timeout_s
@@ -72,8 +80,17 @@ def request_checkpoint(
     request = {"pod": pod or pod_name(), "reason": reason, "requested_at": time.time()}
     answers: dict[str, dict[str, Any]] = {}
     try:
-        for driver_id in drivers:  # the first hook's request stays: it says who asked first
-            gcs.put(REQUEST_PREFIX + driver_id, request, overwrite=False)
+        if follow_s is not None:
+            if not _requested(gcs, drivers, min(start + follow_s, deadline)):
+                waited = time.monotonic() - start
+                return HookOutcome(
+                    "no-request",
+                    f"rltrainer preemption hook: no checkpoint was asked for within {follow_s:.0f} s: "
+                    f"this pod goes alone (waited {waited:.1f} s)",
+                )
+        else:
+            for driver_id in drivers:  # the first hook's request stays: it says who asked first
+                gcs.put(REQUEST_PREFIX + driver_id, request, overwrite=False)
         while len(answers) < len(drivers) and time.monotonic() < deadline:
             for driver_id, record in drivers.items():
                 if driver_id not in answers:
@@ -91,6 +108,23 @@ def request_checkpoint(
         line = f"rltrainer preemption hook: lost the GCS after {waited:.1f} s ({err}){known}"
         return HookOutcome("lost-gcs", line, _checkpoint(answers), waited)
     return _outcome(drivers, answers, time.monotonic() - start, timeout_s)
+
+
+def _requested(gcs: GcsKeys, drivers: dict[str, dict[str, Any]], until: float) -> bool:
+    """Whether another pod asked any of ``drivers`` for a checkpoint by ``until``: its request
+    is there, or already taken (the driver's answer is there, or the driver has gone)."""
+    while True:
+        for driver_id in drivers:
+            if (
+                gcs.get(REQUEST_PREFIX + driver_id) is not None
+                or gcs.get(RESULT_PREFIX + driver_id) is not None
+            ):
+                return True
+            if gcs.get(DRIVER_PREFIX + driver_id) is None:
+                return True
+        if time.monotonic() >= until:
+            return False
+        time.sleep(_POLL_S)
 
 
 def _default_timeout() -> float:
@@ -200,12 +234,19 @@ def main(argv: list[str] | None = None) -> int:
         help=f"wait at most this long (default: ${TIMEOUT_ENV}, else {DEFAULT_TIMEOUT_S:.0f})",
     )
     hook.add_argument("--reason", default="preStop", help="said in the driver's log and progress.json")
+    hook.add_argument(
+        "--follow",
+        metavar="SECONDS",
+        type=float,
+        help="a worker pod's hook: ask nothing, but when another pod asks within SECONDS, wait "
+        "for the checkpoint as it does (this pod then serves the iteration in flight)",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit:  # --help, or a usage error argparse printed
         return 0
     try:
-        outcome = request_checkpoint(args.address, args.timeout, args.reason)
+        outcome = request_checkpoint(args.address, args.timeout, args.reason, follow_s=args.follow)
     except Exception as err:  # noqa: BLE001 - a preStop hook never fails the pod's deletion
         print(f"rltrainer preemption hook: error: {err!r}", flush=True)
         return 0

@@ -102,6 +102,7 @@ def test_argocd_health_for_every_phase() -> None:
         "Succeeded": "Healthy",
         "Failed": "Degraded",
         "Suspended": "Suspended",
+        "Queued": "Suspended",  # Kueue holds it: an external event resumes it
     }
     assert set(wanted) == {phase.value for phase in Phase}
     ready = {

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.charts.helpers import CHART_DIR, manifests, render_objects
+from tests.e2e.conftest import e2e_requested
 from tests.e2e.helpers import wait_for
 from tests.node.helpers import apply, delete, describe, get, helm
 
@@ -309,3 +310,46 @@ def test_an_experiment_image_missing_from_the_node_becomes_its_condition(control
         and experiment["status"]["message"] == found["message"]
     )
     control_plane.kubectl_run("delete", "rlexperiment", "ppo-missing-image", "-n", WATCHED, "--wait=false")
+
+
+def lease_holder(control_plane) -> str:
+    lease = get(control_plane, "lease", RELEASE, "-n", NAMESPACE) or {}
+    return (lease.get("spec") or {}).get("holderIdentity") or ""
+
+
+@pytest.mark.usefixtures("operator_release")
+def test_two_replicas_one_acting_and_the_leaders_pod_deleted(control_plane, images, request) -> None:
+    """The chart's default of two replicas on the real cluster: one holds the Lease and acts; its
+    Pod deleted, the other takes over (the old one releases the Lease on SIGTERM)."""
+    if not e2e_requested(request.config):
+        pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
+    repository, tag = images.operator.rsplit(":", 1)
+    values = release_values(image={"repository": repository, "tag": tag, "pullPolicy": "Never"}, replicas=2)
+    helm(control_plane, NAMESPACE).upgrade(
+        str(CHART_DIR), RELEASE, values, namespace=NAMESPACE, wait="watcher", timeout=300
+    )
+    pods = wait_for(
+        "two operator Pods running",
+        lambda: len(running_pods(control_plane)) == 2 and running_pods(control_plane),
+        180,
+    )
+    leader = wait_for("a Lease holder", lambda: lease_holder(control_plane), 60)
+    assert leader in {p["metadata"]["name"] for p in pods}
+    (follower,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader]
+    deleted = time.monotonic()
+    control_plane.kubectl_run("delete", "pod", leader, "-n", NAMESPACE, "--wait=false")
+    wait_for("the follower holding the Lease", lambda: lease_holder(control_plane) == follower, 60)
+    print(f"the leader's Pod deleted: the follower took over in {time.monotonic() - deleted:.1f} s")
+    # The follower's operator acts: a new experiment is reconciled.
+    experiment = {**EXPERIMENT, "metadata": {"name": "ppo-after-failover", "namespace": WATCHED}}
+    apply(control_plane, experiment)
+    wait_for(
+        "the experiment reconciled by the new leader",
+        lambda: (get(control_plane, "rlexperiment", "ppo-after-failover", "-n", WATCHED) or {}).get("status"),
+        60,
+    )
+    control_plane.kubectl_run("delete", "rlexperiment", "ppo-after-failover", "-n", WATCHED, "--wait=false")
+
+
+def running_pods(control_plane) -> list[dict]:
+    return [p for p in operator_pods(control_plane) if p["status"].get("phase") == "Running"]

@@ -263,6 +263,7 @@ def pod_template(
     grace_period_s: int,
 ) -> dict[str, Any]:
     """A Ray pod: requests equal limits (Guaranteed QoS, as KubeRay recommends for Ray pods)."""
+    head = container == "ray-head"
     spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": grace_period_s,
         "containers": [
@@ -274,7 +275,7 @@ def pod_template(
                 # A crash's last log lines become the container's termination message, which the
                 # operator quotes in the experiment's condition (pod_problems).
                 "terminationMessagePolicy": "FallbackToLogsOnError",
-                "lifecycle": {"preStop": {"exec": {"command": pre_stop_command(grace_period_s)}}},
+                "lifecycle": {"preStop": {"exec": {"command": pre_stop_command(grace_period_s, head)}}},
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
@@ -294,20 +295,28 @@ def pod_template(
 
 #: Seconds of a pod's grace period kept for ``ray stop`` after the driver's checkpoint.
 RAY_STOP_RESERVE_S = 5
+#: How long a worker pod's hook waits for the head's request (the whole cluster going at once).
+WORKER_FOLLOW_S = 5
 
 
-def pre_stop_command(grace_period_s: int) -> list[str]:
-    """Every Ray container's preStop hook: ask the experiment's driver for a checkpoint and wait
-    until it is written (``rltrainer.preemption``; it returns at once when no driver runs), then
-    ``ray stop``. KubeRay's command runs Ray under ``bash -c`` as the first process, which ignores
-    SIGTERM: without ``ray stop`` a deleted Ray pod lingers its whole grace period, delaying every
-    restart (Ray's KubeRay guide recommends that hook). The kubelet sends SIGTERM only after the
-    hook, and kills the container when the grace period ends, hook or not."""
+def pre_stop_command(grace_period_s: int, head: bool) -> list[str]:
+    """A Ray container's preStop hook (``rltrainer.preemption``), then ``ray stop``.
+
+    The head's asks the experiment's driver for a checkpoint and waits until it is written (at
+    once when no driver runs). A worker's asks nothing: when the whole cluster goes (Kueue's
+    preemption, the head's node drained) it waits for the head's request and the checkpoint,
+    serving the iteration in flight; alone (a rollout or learner pod lost), it goes after
+    ``WORKER_FOLLOW_S`` and the running job replaces it. KubeRay's command runs Ray under ``bash
+    -c`` as the first process, which ignores SIGTERM: without ``ray stop`` a deleted Ray pod
+    lingers its whole grace period, delaying every restart (Ray's KubeRay guide recommends that
+    hook). The kubelet sends SIGTERM only after the hook, and kills the container when the grace
+    period ends, hook or not."""
     wait_s = max(1, grace_period_s - RAY_STOP_RESERVE_S)
+    role = "" if head else f" --follow {WORKER_FOLLOW_S}"
     return [
         "/bin/sh",
         "-c",
-        f"python -m rltrainer.preemption hook --timeout {wait_s} --reason pod-terminating; ray stop",
+        f"python -m rltrainer.preemption hook --timeout {wait_s} --reason pod-terminating{role}; ray stop",
     ]
 
 

@@ -3,7 +3,8 @@
 --   Progressing: Pending, Provisioning, Restarting, Running but not yet Ready, no status yet,
 --                or a status older than the spec (status.observedGeneration < metadata.generation)
 --   Degraded:    Failed
---   Suspended:   Suspended (spec.suspend: true)
+--   Suspended:   Suspended (spec.suspend: true), or Queued (Kueue holds it: waiting for quota or
+--                readmission after a preemption, an external event as for a suspended Job)
 -- Conditions computed for an older generation (their observedGeneration) are ignored.
 local hs = {}
 
@@ -60,6 +61,9 @@ elseif phase == "Failed" then
 elseif phase == "Suspended" then
   hs.status = "Suspended"
   hs.message = message(condition(status, "Suspended", generation), status, "Suspended")
+elseif phase == "Queued" then
+  hs.status = "Suspended"
+  hs.message = message(condition(status, "Queued", generation), status, "Queued by Kueue")
 elseif phase == "Running" then
   local ready = condition(status, "Ready", generation)
   if ready ~= nil and ready.status == "True" then
