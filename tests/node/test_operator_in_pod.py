@@ -333,8 +333,13 @@ def test_two_replicas_one_acting_and_the_leaders_pod_deleted(control_plane, imag
         lambda: len(running_pods(control_plane)) == 2 and running_pods(control_plane),
         180,
     )
-    leader = wait_for("a Lease holder", lambda: lease_holder(control_plane), 60)
-    assert leader in {p["metadata"]["name"] for p in pods}
+    control_plane.kubectl_run("rollout", "status", f"deployment/{RELEASE}", "-n", NAMESPACE, "--timeout=180s")
+    pods = running_pods(control_plane)
+    names = {p["metadata"]["name"] for p in pods}
+    # The old Pod (one replica, no anti-affinity) released the Lease as the rollout replaced it.
+    leader = wait_for(
+        "a Lease holder among the new Pods", lambda: (h := lease_holder(control_plane)) in names and h, 60
+    )
     (follower,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader]
     deleted = time.monotonic()
     control_plane.kubectl_run("delete", "pod", leader, "-n", NAMESPACE, "--wait=false")
