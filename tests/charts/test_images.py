@@ -206,11 +206,15 @@ def test_operator_requirements_have_pyprojects_ranges() -> None:
         assert requirement(wanted.name, declared).specifier == wanted.specifier, wanted.name
 
 
-def test_operator_entrypoint_is_a_kopf_run_of_the_handlers() -> None:
+def test_operator_entrypoint_is_a_kopf_run_of_the_handlers_under_the_leader_elector() -> None:
     parser = parse(OPERATOR)
     (entrypoint,) = instructions(parser, "ENTRYPOINT")
     (cmd,) = instructions(parser, "CMD")
-    argv, default_args = json.loads(entrypoint), json.loads(cmd)
+    command, default_args = json.loads(entrypoint), json.loads(cmd)
+    elector = command[: command.index("--")]
+    assert elector == ["python", "-m", "rltrainer_operator.leader_election"]
+    assert importlib.util.find_spec(elector[2]) is not None
+    argv = command[command.index("--") + 1 :]  # what the elector runs while it holds the Lease
     assert argv[:3] == ["kopf", "run", "--standalone"]
     assert "--liveness=http://0.0.0.0:8080/healthz" in argv
     module = argv[argv.index("-m") + 1]
