@@ -64,6 +64,20 @@ def _temporary(action: str, err: Exception) -> kopf.TemporaryError:
     return kopf.TemporaryError(f"{action} failed: {reason}", delay=RETRY_DELAY_S)
 
 
+def _create_once(create: Any, body: dict[str, Any], kind: str) -> bool:
+    """``create(namespace, body)``; False when the object already exists (409)."""
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    try:
+        create(namespace, body)
+    except ApiException as err:
+        if err.status == 409:
+            return False
+        raise _temporary(f"create {kind} {namespace}/{name}", err) from None
+    except TRANSPORT_ERRORS as err:
+        raise _temporary(f"create {kind} {namespace}/{name}", err) from None
+    return True
+
+
 def _api_message(err: ApiException) -> str:
     """The API server's own explanation (its Status ``message``), e.g. which field is invalid."""
     try:
@@ -229,31 +243,13 @@ class Kube:
     # --- PodDisruptionBudgets (create only; the garbage collector deletes them) ---------------
     def create_disruption_budget(self, body: dict[str, Any]) -> bool:
         """Create; False when it already exists."""
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        try:
-            self.policy.create_namespaced_pod_disruption_budget(namespace, body)
-        except ApiException as err:
-            if err.status == 409:
-                return False
-            raise _temporary(f"create PodDisruptionBudget {namespace}/{name}", err) from None
-        except TRANSPORT_ERRORS as err:
-            raise _temporary(f"create PodDisruptionBudget {namespace}/{name}", err) from None
-        return True
+        return _create_once(self.policy.create_namespaced_pod_disruption_budget, body, "PodDisruptionBudget")
 
     # --- Secrets (create only) --------------------------------------------------------------
     def create_secret(self, body: dict[str, Any]) -> bool:
         """Create; False when it already exists (it is never read back: the operator has no
         permission to)."""
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        try:
-            self.core.create_namespaced_secret(namespace, body)
-        except ApiException as err:
-            if err.status == 409:
-                return False
-            raise _temporary(f"create Secret {namespace}/{name}", err) from None
-        except TRANSPORT_ERRORS as err:
-            raise _temporary(f"create Secret {namespace}/{name}", err) from None
-        return True
+        return _create_once(self.core.create_namespaced_secret, body, "Secret")
 
     # --- RLExperiments ---------------------------------------------------------------------
     def patch_experiment_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:

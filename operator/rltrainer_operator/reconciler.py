@@ -552,8 +552,7 @@ class _Step:
 
     def _disrupted(self, what: str, cluster_lost: bool) -> None:
         """Resume at once from the checkpoint the driver wrote on the signal; not a failure
-        (``restarts`` and the backoff are untouched)."""
-        self._update_progress()
+        (``restarts`` and the backoff are untouched). Progress has been read by the caller."""
         record = self._preempted or {}
         if cluster_lost:
             self.r.kube.delete_raycluster(self.namespace, self._cluster_name())
@@ -592,8 +591,7 @@ class _Step:
         due = parse_time(self.status.nextAttemptTime)
         if due is not None and self.now < due:
             return
-        self._update_progress()  # the newest checkpoint to resume from
-        self.status.nextAttemptTime = None
+        self.status.nextAttemptTime = None  # _submit reads the newest checkpoint to resume from
         cluster = self._ensure_cluster()
         if cluster is not None and queueing.held(cluster):
             return self._queued(cluster)

@@ -13,6 +13,7 @@ the bad-input cases; ``make e2e`` the journey in full, suspend/resume and a swee
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -94,16 +95,22 @@ def full_e2e(request) -> bool:
     return e2e_requested(request.config)
 
 
-@pytest.fixture
-def pod_platform(monkeypatch, control_plane, node, gpu_node, gpu_images, kuberay_operator):
+@contextlib.contextmanager
+def platform_on_pods(monkeypatch, control_plane, nodes, kuberay_operator, trainer_image: str):
+    """The operator on the session's cluster and nodes, with a real S3 server of its own."""
     built_part("seaweedfs")
     stack = LocalStack(
-        s3_bucket=journeys.BUCKET,
-        plane=control_plane,
-        nodes=[node, gpu_node],
-        kuberay_operator=kuberay_operator,
+        s3_bucket=journeys.BUCKET, plane=control_plane, nodes=nodes, kuberay_operator=kuberay_operator
     )
-    with journeys.running_platform(monkeypatch, stack, on_pods(gpu_images.trainer)) as platform:
+    with journeys.running_platform(monkeypatch, stack, on_pods(trainer_image)) as platform:
+        yield platform
+
+
+@pytest.fixture
+def pod_platform(monkeypatch, control_plane, node, gpu_node, gpu_images, kuberay_operator):
+    with platform_on_pods(
+        monkeypatch, control_plane, [node, gpu_node], kuberay_operator, gpu_images.trainer
+    ) as platform:
         yield platform
 
 

@@ -27,13 +27,12 @@ import pytest
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.queueing import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from rltrainer_operator.testing import kueue as kueue_objects
-from rltrainer_operator.testing.local_stack import GPU_NODE, LocalStack
-from tests.conftest import built_part
+from rltrainer_operator.testing.local_stack import GPU_NODE
 from tests.e2e import test_journey as journeys
 from tests.e2e.conftest import e2e_requested
 from tests.e2e.helpers import wait_for
 from tests.node.helpers import get
-from tests.node.test_platform_on_pods import GPU_TOLERATION, on_pods
+from tests.node.test_platform_on_pods import GPU_TOLERATION, platform_on_pods
 
 NS = "shared"
 QUEUE = "team-gpus"
@@ -42,14 +41,9 @@ CLUSTER_QUEUE = "gpus"
 
 @pytest.fixture
 def shared_platform(monkeypatch, control_plane, node, gpu_node, gpu_images, kuberay_operator, kueue):
-    built_part("seaweedfs")
-    stack = LocalStack(
-        s3_bucket=journeys.BUCKET,
-        plane=control_plane,
-        nodes=[node, gpu_node],
-        kuberay_operator=kuberay_operator,
-    )
-    with journeys.running_platform(monkeypatch, stack, on_pods(gpu_images.trainer)) as platform:
+    with platform_on_pods(
+        monkeypatch, control_plane, [node, gpu_node], kuberay_operator, gpu_images.trainer
+    ) as platform:
         platform.namespace(NS)
         # This platform's S3 keys (each platform's S3 server makes its own) for the namespace,
         # which outlives the test on the session's control plane.

@@ -411,9 +411,7 @@ class ControlPlane:
                 "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
             },
         ]
-        self.kubectl_run(
-            "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
-        )
+        self.apply_objects(objects)
         path.parent.mkdir(parents=True, exist_ok=True)
         return self.service_account_kubeconfig(namespace, account, path)
 
@@ -468,6 +466,11 @@ class ControlPlane:
             if names and time.monotonic() > deadline:
                 raise ControlPlaneError(f"CRDs not Established after {timeout_s:.0f}s: {names}")
             time.sleep(0.1 if names else 0)
+
+    def apply_objects(self, objects: list[dict[str, Any]], *, server_side: bool = False) -> None:
+        """``kubectl apply`` of the objects (as one ``v1`` List) as admin."""
+        stdin = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+        self.kubectl_run("apply", *(["--server-side"] if server_side else []), "-f", "-", stdin=stdin)
 
     def kubectl_json(self, *args: str, stdin: str | None = None) -> Any:
         return json.loads(self.kubectl_run(*args, stdin=stdin).stdout)

@@ -28,7 +28,6 @@ and objects stay, as ``helm uninstall`` leaves CRDs.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -46,8 +45,6 @@ FRAMEWORKS = ("ray.io/raycluster",)
 FEATURE_GATES = "VisibilityOnDemand=false"
 METRICS_CERT_DIR = "/etc/kueue/metrics/certs"
 WEBHOOK_CONFIGURATIONS = ("kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration")
-#: The ``kubectl`` names of Kueue's queueing objects.
-QUEUE_KINDS = ("resourceflavors", "clusterqueues", "localqueues", "workloadpriorityclasses")
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 
 
@@ -129,13 +126,7 @@ class KueueController:
             ca_bundle = self.plane.serving_certificate(certs, "kueue-webhook", ["127.0.0.1"])
             webhook_port, metrics_port, probe_port = free_port(), free_port(), free_port()
             self.webhook_url = f"https://127.0.0.1:{webhook_port}"
-            self.plane.kubectl_run(
-                "apply",
-                "--server-side",
-                "-f",
-                "-",
-                stdin=_as_list(crd_documents(self.webhook_url, ca_bundle)),
-            )
+            self.plane.apply_objects(crd_documents(self.webhook_url, ca_bundle), server_side=True)
             kubeconfig = self._identity()
             config = self.root / "controller_manager_config.yaml"
             config.write_text(
@@ -152,9 +143,7 @@ class KueueController:
             self._procs.wait(
                 "kueue", lambda: http_ok(f"http://127.0.0.1:{probe_port}/readyz"), self.ready_timeout_s
             )
-            self.plane.kubectl_run(
-                "apply", "-f", "-", stdin=_as_list(webhook_configurations(self.webhook_url, ca_bundle))
-            )
+            self.plane.apply_objects(webhook_configurations(self.webhook_url, ca_bundle))
         except BaseException:
             self.stop()
             raise
@@ -186,7 +175,7 @@ class KueueController:
     # --- queues -----------------------------------------------------------------------------
     def apply_queues(self, *objects: dict[str, Any]) -> None:
         """Create or update Kueue objects (``cluster_queue``, ``local_queue``, ...) as admin."""
-        self.plane.kubectl_run("apply", "-f", "-", stdin=_as_list(list(objects)))
+        self.plane.apply_objects(list(objects))
 
     # --- set-up -----------------------------------------------------------------------------
     def _configuration(
@@ -231,12 +220,8 @@ class KueueController:
         binding["metadata"] = {"name": "kueue-manager-secrets-rolebinding", "namespace": NAMESPACE}
         binding["roleRef"]["name"] = secrets_role["metadata"]["name"]
         binding["subjects"] = [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]
-        self.plane.kubectl_run("apply", "-f", "-", stdin=_as_list([secrets_role, binding]))
+        self.plane.apply_objects([secrets_role, binding])
         return kubeconfig
-
-
-def _as_list(objects: list[dict[str, Any]]) -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
 
 
 # --- the queueing objects of a shared cluster ----------------------------------------------------
