@@ -158,3 +158,15 @@ def images(node, image_archives) -> Images:
     import_seconds = time.monotonic() - started - build_seconds
     print(f"make images: {build_seconds:.0f} s; import into the node: {import_seconds:.0f} s")
     return Images(OPERATOR_IMAGE, TRAINER_IMAGE, build_seconds, import_seconds)
+
+
+@pytest.fixture
+def pod_platform(monkeypatch, control_plane, node, gpu_node, gpu_images, kuberay_operator):
+    """The operator on both nodes with an S3 server of its own, for one test
+    (``test_platform_on_pods.platform_on_pods``)."""
+    from tests.node.test_platform_on_pods import platform_on_pods
+
+    with platform_on_pods(
+        monkeypatch, control_plane, [node, gpu_node], kuberay_operator, gpu_images.trainer
+    ) as platform:
+        yield platform

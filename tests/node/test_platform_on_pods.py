@@ -106,14 +106,6 @@ def platform_on_pods(monkeypatch, control_plane, nodes, kuberay_operator, traine
         yield platform
 
 
-@pytest.fixture
-def pod_platform(monkeypatch, control_plane, node, gpu_node, gpu_images, kuberay_operator):
-    with platform_on_pods(
-        monkeypatch, control_plane, [node, gpu_node], kuberay_operator, gpu_images.trainer
-    ) as platform:
-        yield platform
-
-
 def pods_by_node(platform: journeys.Platform, namespace: str, cluster: str) -> dict[str, set[str]]:
     """``{group: {node names}}`` of the cluster's Pods."""
     found: dict[str, set[str]] = {}

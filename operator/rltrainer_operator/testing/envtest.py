@@ -194,6 +194,8 @@ class ControlPlane:
         self.url = ""
         self._procs = Processes(self.root)
         self._etcd_dir: Path | None = None
+        self._etcd_ports: tuple[int, int] | None = None
+        self._apiserver_port: int | None = None
         self._pki = self.root / "pki"
 
     # ---------------------------------------------------------------------------------- life cycle
@@ -225,6 +227,23 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @contextlib.contextmanager
+    def outage(self, *, etcd: bool = False) -> Iterator[None]:
+        """The API server stopped for the block (SIGTERM, as a control-plane upgrade or a crashed
+        static Pod stops it), and etcd too with ``etcd`` (its data kept, as on a restarted machine);
+        then started again at the same addresses, with the same certificates and data. Every
+        client (the kubelets, controllers, operators) sees connections refused meanwhile and must
+        reconnect by itself. Returns once the API server answers ``/readyz`` again."""
+        stopped = ("kube-apiserver", "etcd") if etcd else ("kube-apiserver",)
+        for name in stopped:
+            self._procs.end(name)
+        try:
+            yield
+        finally:
+            if etcd:
+                self._start_etcd()
+            self._start_apiserver()
+
     # ------------------------------------------------------------------------------------ processes
 
     def _launch(self, name: str, args: list[str]) -> subprocess.Popen:
@@ -237,10 +256,13 @@ class ControlPlane:
         return self._procs.log_tail(name, lines)
 
     def _start_etcd(self) -> None:
-        shm = Path("/dev/shm")
-        base = shm if shm.is_dir() and os.access(shm, os.W_OK) else self.root
-        self._etcd_dir = Path(tempfile.mkdtemp(prefix="envtest-etcd-", dir=base))
-        client, peer = free_port(), free_port()
+        """etcd on free ports with its data in a new folder; again on the same ones (a restart)."""
+        if self._etcd_dir is None:
+            shm = Path("/dev/shm")
+            base = shm if shm.is_dir() and os.access(shm, os.W_OK) else self.root
+            self._etcd_dir = Path(tempfile.mkdtemp(prefix="envtest-etcd-", dir=base))
+            self._etcd_ports = free_port(), free_port()
+        client, peer = self._etcd_ports
         self.etcd_url = f"http://127.0.0.1:{client}"
         self._launch(
             "etcd",
@@ -258,7 +280,8 @@ class ControlPlane:
         self._wait("etcd", lambda: b'"health":"true"' in _get(f"{self.etcd_url}/health"))
 
     def _start_apiserver(self) -> None:
-        port = free_port()
+        """The API server on a free port; again on the same one (a restart)."""
+        port = self._apiserver_port = self._apiserver_port or free_port()
         self.url = f"https://{self.address}:{port}"
         pki = self._pki
         policy = self.root / "audit-policy.yaml"
@@ -324,10 +347,13 @@ class ControlPlane:
                 # (the chart's operator) and Pods mount their service-account token with the
                 # cluster's CA (kube-root-ca.crt), a Ready node loses its not-ready taint, and
                 # Services get their EndpointSlices (what cluster DNS answers for a headless
-                # Service, such as KubeRay's head Service). A quick resync keeps deletions prompt.
+                # Service, such as KubeRay's head Service). A node that stops answering is
+                # tainted and its Pods evicted after their toleration (taint-eviction), and once
+                # it is deleted or tainted out-of-service its Pods go (the Pod garbage collector),
+                # as in any cluster. A quick resync keeps deletions prompt.
                 "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
                 "deployment,replicaset,root-ca-cert-publisher,nodelifecycle,endpoint,endpointslice,"
-                "endpointslicemirroring",
+                "endpointslicemirroring,taint-eviction-controller,pod-garbage-collector-controller",
                 "--namespace-sync-period=10s",
                 "--v=0",
             ],

@@ -19,6 +19,7 @@ runc and no ulimits (``images/containers.conf``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +218,61 @@ class Node:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    # ------------------------------------------------------------------------------------- faults
+
+    def restart_containerd(self) -> float:
+        """containerd stopped (SIGTERM) and started again under the running Pods, as a runtime
+        upgrade does: the containers' shims outlive it and it finds them again; the kubelet
+        reconnects to its socket. Returns the seconds until containerd answered again."""
+        started = time.monotonic()
+        self._procs.end("containerd")
+        self._launch_containerd()
+        return time.monotonic() - started
+
+    def stop_kubelet(self, *, containers: bool = False) -> None:
+        """The kubelet stopped: the node stops reporting and goes ``NotReady`` once the node
+        controller's grace period passes. ``containers``: its containers killed too, as when the
+        machine itself is lost (without it they run on, unsupervised, as under a crashed kubelet)."""
+        self._procs.end("kubelet")
+        if containers:
+            self._remove_containers()
+
+    def start_kubelet(self) -> None:
+        """The kubelet started again (after ``stop_kubelet``): it registers, reconciles its Pods
+        with what the API server holds, and the node is ``Ready`` again."""
+        self._start_kubelet()
+        self._wait_ready()
+
+    @contextlib.contextmanager
+    def partition(self, namespace: str, pod: str, peer: str) -> Iterator[None]:
+        """Every packet between the Pod and the address ``peer`` dropped for the block, in the
+        Pod's own network namespace (its sandbox's: the rules outlive a restarted container), as a
+        broken link or a network policy gone wrong does; nothing else of the machine is touched.
+        Dropped, not refused: connections hang until their own timeouts, as across a real split."""
+        netns = f"--net=/proc/{self.sandbox_pid(namespace, pod)}/ns/net"
+        rules = [("INPUT", "-s"), ("OUTPUT", "-d")]
+        for chain, side in rules:
+            _run(["nsenter", netns, "iptables", "-w", "-I", chain, side, peer, "-j", "DROP"])
+        try:
+            yield
+        finally:
+            for chain, side in rules:
+                _run(["nsenter", netns, "iptables", "-w", "-D", chain, side, peer, "-j", "DROP"])
+
+    def sandbox_pid(self, namespace: str, pod: str) -> int:
+        """The process of the Pod's sandbox (the pause container): it holds the Pod's namespaces."""
+        pids = dict(line.split()[:2] for line in self.ctr("tasks", "ls").splitlines()[1:])
+        for container in self.ctr("containers", "ls", "-q").split():
+            labels = json.loads(self.ctr("containers", "info", container)).get("Labels") or {}
+            if (
+                labels.get("io.cri-containerd.kind") == "sandbox"
+                and labels.get("io.kubernetes.pod.namespace") == namespace
+                and labels.get("io.kubernetes.pod.name") == pod
+                and container in pids
+            ):
+                return int(pids[container])
+        raise ControlPlaneError(f"no running sandbox for Pod {namespace}/{pod} on node {self.name}")
+
     # -------------------------------------------------------------------------------------- images
 
     def import_image(self, ref: str, timeout_s: float = 600.0, archive: Path | None = None) -> None:
@@ -338,9 +395,12 @@ state = "{self.root}/containerd-state"
             ],
         }
         (self.root / "cni" / "10-bridge.conflist").write_text(json.dumps(network))
+        self._launch_containerd()
+        self._remove_containers()  # a kept store may hold those of a run that was killed
+
+    def _launch_containerd(self) -> None:
         self._procs.launch("containerd", ["containerd", "--config", str(self.root / "containerd.toml")])
         self._procs.wait("containerd", lambda: _ok(["ctr", "--address", str(self.socket), "version"]), 60)
-        self._remove_containers()  # a kept store may hold those of a run that was killed
 
     def _address_range(self) -> dict[str, str]:
         """This node's part of the shared /24: addresses ``.2``-``.63`` for the first node,
