@@ -33,6 +33,11 @@ MERGE_PATCH = "application/merge-patch+json"
 TRANSPORT_ERRORS = (OSError, urllib3.exceptions.HTTPError)
 #: Seconds before kopf retries after an API failure.
 RETRY_DELAY_S = 10
+#: The longest wait for an answer to a call that sets no shorter one (the client's default is no
+#: bound): on a connection that stays open and answers nothing (a stalled proxy, a half-open
+#: connection after a network fault) a call would otherwise hang its reconcile, and the
+#: experiment's lock, forever. The API server's own limit on a request (``--request-timeout``).
+REQUEST_TIMEOUT_S = 60
 
 
 USER_AGENT = f"rltrainer-operator/{__version__}"
@@ -68,7 +73,7 @@ def _create_once(create: Any, body: dict[str, Any], kind: str) -> bool:
     """``create(namespace, body)``; False when the object already exists (409)."""
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     try:
-        create(namespace, body)
+        create(namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
     except ApiException as err:
         if err.status == 409:
             return False
@@ -169,7 +174,7 @@ class Kube:
     def get_raycluster(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.custom.get_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name
+                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name, _request_timeout=REQUEST_TIMEOUT_S
             )
         except ApiException as err:
             if err.status == 404:
@@ -183,7 +188,7 @@ class Kube:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
             created = self.custom.create_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, body
+                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, body, _request_timeout=REQUEST_TIMEOUT_S
             )
         except ApiException as err:
             if err.status == 409:
@@ -198,7 +203,14 @@ class Kube:
     def patch_raycluster(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         try:
             return self.custom.patch_namespaced_custom_object(
-                RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name, patch, _content_type=MERGE_PATCH
+                RAY_GROUP,
+                RAY_VERSION,
+                namespace,
+                RAY_PLURAL,
+                name,
+                patch,
+                _content_type=MERGE_PATCH,
+                _request_timeout=REQUEST_TIMEOUT_S,
             )
         except (ApiException, *TRANSPORT_ERRORS) as err:
             raise _temporary(f"patch RayCluster {namespace}/{name}", err) from None
@@ -256,7 +268,14 @@ class Kube:
         """Write status through the status subresource (when no kopf handler patch is at hand)."""
         try:
             self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": status},
+                _content_type=MERGE_PATCH,
+                _request_timeout=REQUEST_TIMEOUT_S,
             )
         except ApiException as err:
             if err.status != 404:  # deleted meanwhile: nothing to report on
@@ -277,6 +296,7 @@ class Kube:
                 plural,
                 name,
                 body=kubernetes.client.V1DeleteOptions(propagation_policy="Foreground"),
+                _request_timeout=REQUEST_TIMEOUT_S,
             )
         except ApiException as err:
             if err.status == 404:
