@@ -3,7 +3,9 @@
 It uses the ``kubernetes`` client's custom-objects API (KubeRay publishes no Python client on
 PyPI) and translates the API's answers into what the reconciler needs: 404 on get/delete is
 "absent", 409 on create is "already there" (idempotency after an operator restart), and any
-other failure is a ``kopf.TemporaryError`` so kopf retries later. Patches to custom resources
+other failure is a ``kopf.TemporaryError`` so kopf retries later: a refusal (403: an RBAC rule
+missing; 401: the operator's credentials no longer accepted) is a ``Refused`` one whose message
+says whose request, what was refused and what to do. Patches to custom resources
 are JSON merge patches (custom resources support no strategic merge). The core API serves one
 call: creating each experiment's Ray token Secret (the operator may create Secrets, never read
 them).
@@ -11,9 +13,11 @@ them).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import re
 from typing import Any
 
 import kopf
@@ -63,10 +67,84 @@ def make_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClien
 
 
 def _temporary(action: str, err: Exception) -> kopf.TemporaryError:
+    if isinstance(err, ApiException) and err.status in (401, 403):
+        return refused(action, err)
     reason = (
         f"HTTP {err.status} {err.reason}{_api_message(err)}" if isinstance(err, ApiException) else str(err)
     )
     return kopf.TemporaryError(f"{action} failed: {reason}", delay=RETRY_DELAY_S)
+
+
+# --- refusals: what waiting does not fix ------------------------------------------------------
+#: The longest wait between two tries of a call the API server refused (403, 401): once the
+#: rule or the credentials are back, the operator carries on within this time.
+REFUSED_RETRY_MAX_S = 120
+#: The RBAC authorizer's words in a 403 (k8s.io/apiserver's ``forbiddenMessage``).
+_FORBIDDEN = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>\S+) resource "(?P<resource>[^"/]+)(?:/(?P<sub>[^"]+))?"'
+    r' in API group "(?P<group>[^"]*)"(?: in the namespace "(?P<namespace>[^"]*)")?'
+)
+
+
+class Refused(kopf.TemporaryError):
+    """The API server refused a call of the operator's: retrying does not help until someone
+    changes the operator's RBAC or credentials. ``reason``: the condition and event reason."""
+
+    reason = "Refused"
+
+
+class PermissionDenied(Refused):
+    """403: the operator's identity lacks an RBAC rule for the call."""
+
+    reason = "PermissionDenied"
+
+
+class CredentialsRefused(Refused):
+    """401: the API server does not accept the operator's credentials at all."""
+
+    reason = "CredentialsRefused"
+
+
+def refused(action: str, err: ApiException, identity: str = "") -> Refused:
+    """The 401 or 403 ``err`` of ``action`` as a message saying whose request, what was refused
+    and what to do."""
+    message = _api_message(err)[2:]
+    if err.status == 401:
+        whose = f" ({identity})" if identity else ""
+        return CredentialsRefused(
+            f"{action} refused: the API server does not accept the operator's credentials{whose} "
+            f"(HTTP 401 {err.reason}: {message or 'Unauthorized'}): its ServiceAccount token is no "
+            f"longer valid (the ServiceAccount deleted or recreated, or the token revoked or expired); "
+            f"nothing can be read or written until it is: check the ServiceAccount exists and "
+            f"restart the operator's Pod for a new token",
+            delay=RETRY_DELAY_S,
+        )
+    found = _FORBIDDEN.search(message)
+    if found is None:
+        return PermissionDenied(
+            f"{action} refused (HTTP 403 {err.reason}: {message or 'Forbidden'}): the operator's "
+            f"RBAC lacks a rule; the Helm chart's ClusterRole (or Role) grants what it needs: check "
+            f"with kubectl auth can-i ... --as=system:serviceaccount:<namespace>:<account>",
+            delay=RETRY_DELAY_S,
+        )
+    user, verb, namespace, sub = found["user"], found["verb"], found["namespace"], found["sub"]
+    resource = found["resource"] + (f".{found['group']}" if found["group"] else "")
+    where = f" in namespace {namespace}" if namespace else " cluster-wide"
+    flags = (f" --subresource={sub}" if sub else "") + (f" -n {namespace}" if namespace else "")
+    return PermissionDenied(
+        f"{action} refused (HTTP 403 Forbidden): {user} may not {verb} "
+        f"{resource}{'/' + sub if sub else ''}{where}; the operator's RBAC lacks "
+        f"this rule, which the Helm chart's ClusterRole (or Role, when it watches given namespaces) "
+        f"grants: restore it (helm upgrade the release) and check with "
+        f"kubectl auth can-i {verb} {resource}{flags} --as={user}",
+        delay=RETRY_DELAY_S,
+    )
+
+
+def refused_delay(retry: int) -> float:
+    """Seconds before the next try of a refused call after ``retry`` earlier tries:
+    ``RETRY_DELAY_S``, doubling, at most ``REFUSED_RETRY_MAX_S``."""
+    return min(RETRY_DELAY_S * 2 ** min(retry, 16), REFUSED_RETRY_MAX_S)
 
 
 def _create_once(create: Any, body: dict[str, Any], kind: str) -> bool:
@@ -92,6 +170,19 @@ def _api_message(err: ApiException) -> str:
     return f": {message[:500]}" if isinstance(message, str) and message else ""
 
 
+def _token_subject(configuration: kubernetes.client.Configuration) -> str:
+    """Whose bearer token the client holds (the JWT's ``sub``, e.g.
+    ``system:serviceaccount:ns:name``), read without verifying it; "" when it is no JWT."""
+    token = (configuration.get_api_key_with_prefix("BearerToken") or "").rpartition(" ")[2]
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, TypeError):
+        return ""
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    return subject if isinstance(subject, str) else ""
+
+
 #: What the operator needs the API to serve: (group, version, plural, how to install it).
 REQUIRED_RESOURCES = (
     (GROUP, VERSION, PLURAL, "kubectl apply --server-side -f crds/, or install the Helm chart"),
@@ -113,6 +204,39 @@ class Kube:
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.policy = kubernetes.client.PolicyV1Api(api_client)
+
+    # --- the operator's own credentials -------------------------------------------------------
+    def check_credentials(self) -> None:
+        """Raise ``CredentialsRefused`` when the API server does not accept this client's
+        credentials: 401 on ``/version``, which any identity it accepts may read."""
+        try:
+            kubernetes.client.VersionApi(self.api_client).get_code(_request_timeout=10)
+        except ApiException as err:
+            if err.status == 401:
+                raise refused("authenticate", err, _token_subject(self.api_client.configuration)) from None
+            raise _temporary("read /version", err) from None
+        except TRANSPORT_ERRORS as err:
+            raise _temporary("read /version", err) from None
+
+    def connection_info(self, **fields: Any) -> kopf.ConnectionInfo:
+        """This client's credentials for kopf's own client (one source for both): the token is
+        read again each time (in a Pod the kubelet rotates the ServiceAccount token's file, and
+        the client's in-cluster configuration re-reads it). ``fields``: more of kopf's fields."""
+        config = self.api_client.configuration
+        header = config.get_api_key_with_prefix("BearerToken") or ""  # "Bearer <token>"
+        scheme, _, token = header.partition(" ")
+        return kopf.ConnectionInfo(
+            server=config.host,
+            ca_path=config.ssl_ca_cert,
+            insecure=not config.verify_ssl,
+            username=config.username or None,
+            password=config.password or None,
+            scheme=scheme or None,
+            token=token or None,
+            certificate_path=config.cert_file,
+            private_key_path=config.key_file,
+            **fields,
+        )
 
     def missing_resources(self) -> list[str]:
         """The required resources the API server does not serve (a CRD not installed), each as
