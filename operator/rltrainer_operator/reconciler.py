@@ -23,6 +23,11 @@ resumes from it and ``status.disruptions`` counts it, not ``restarts``.
 The Kubernetes API is reached only through ``kube.Kube``, Ray only through ``ray_jobs``, S3 only
 through the progress reader; all three are injected so tests can drive every transition.
 
+Refused calls (``kube.Refused``: 403, an RBAC rule missing; 401, the operator's credentials no
+longer accepted): the step is dropped, the phase stays, and Ready is False with the refusal as
+its reason and message (whose call, what was refused, what to do) until a reconcile goes
+through; the handler retries with backoff.
+
 Ray token authentication (``rayAuth.mode: token``): a cluster's token Secret is created just
 before the cluster (``builders.ray_token``), and the token is derived again from the operator's
 key and the experiment's uid for every job API call: nothing secret is kept or read back.
@@ -52,10 +57,11 @@ from rltrainer_operator.builders.raycluster import (
     scale_patch,
     worker_replicas,
 )
-from rltrainer_operator.kube import Kube
+from rltrainer_operator.kube import CredentialsRefused, Kube, PermissionDenied, Refused
 from rltrainer_operator.models import (
     CONDITION_TYPES,
     KIND,
+    Condition,
     ExperimentSpec,
     ExperimentStatus,
     Phase,
@@ -79,6 +85,8 @@ Clock = Callable[[], datetime.datetime]
 ProgressReader = Callable[[ExperimentSpec, str, str], "dict[str, Any] | None"]
 #: ``(address, token=...) -> client`` (``RayJobClient``).
 JobClientFactory = Callable[..., RayJobClient]
+#: Ready's reasons while the API server refuses the operator's calls.
+REFUSAL_REASONS = frozenset({Refused.reason, PermissionDenied.reason, CredentialsRefused.reason})
 #: Failures that a new spec generation retries (the spec may have been fixed).
 RETRIED_ON_SPEC_CHANGE = frozenset({"InvalidSpec", "RayTokenKeyMissing"})
 #: Why an experiment with rayAuth.mode token cannot run on an operator without a key.
@@ -106,6 +114,7 @@ class Outcome:
     status: dict[str, Any] | None
     events: list[Event]
     deleted: bool = False  # the experiment itself was deleted (ttlSecondsAfterFinished)
+    refused: Refused | None = None  # the API server refused a call: try again later
 
 
 def rfc3339(moment: datetime.datetime) -> str:
@@ -153,7 +162,14 @@ class Reconciler:
     # --- entry points ------------------------------------------------------------------------
     def reconcile(self, body: dict[str, Any]) -> Outcome:
         step = _Step(self, body)
-        step.run()
+        try:
+            step.permitted()
+            step.run()
+        except Refused as err:
+            # An RBAC rule missing, or the credentials refused: what this step changed is
+            # dropped (the next try does it again) and the status says what was refused.
+            step = _Step(self, body)
+            step.refused(err)
         if not step.meta.get("deletionTimestamp"):
             # Every generation is observed, even one that changes nothing now (a config edit
             # applies at the next restart): GitOps tools wait for observedGeneration.
@@ -233,6 +249,7 @@ class _Step:
         self.events: list[Event] = []
         self.deleted = False
         self.spec: ExperimentSpec | None = None
+        self.refusal: Refused | None = None
         self._preempted: dict[str, Any] | None = None  # progress.json's preemption record, once read
 
     # --- bookkeeping -----------------------------------------------------------------------
@@ -240,7 +257,7 @@ class _Step:
         new = self.status.model_dump(mode="json")
         old = {k: self.old_status.get(k) for k in new}
         changed = json.dumps(new, sort_keys=True) != json.dumps(old, sort_keys=True)
-        return Outcome(new if changed else None, self.events, self.deleted)
+        return Outcome(new if changed else None, self.events, self.deleted, self.refusal)
 
     def transition(self, phase: Phase, reason: str, message: str, warning: bool = False) -> None:
         """Enter ``phase``: conditions, message and an event, all saying why."""
@@ -290,6 +307,54 @@ class _Step:
         self.status = self.status.model_copy(
             update={"conditions": ExperimentStatus.model_validate({"conditions": conditions}).conditions}
         )
+
+    # --- refusals (403: an RBAC rule missing; 401: credentials refused) -----------------------
+    def refused(self, err: Refused) -> None:
+        """Ready is False with the refusal's reason and message (whose call, what, what to do),
+        said once by a Warning event; the phase stays: nothing is known to have changed."""
+        message = str(err)
+        ready = self._condition("Ready")
+        if ready is None or (ready.reason, ready.message) != (err.reason, message):
+            self.events.append(Event("Warning", err.reason, message))
+        self._set_ready(False, err.reason, message)
+        self.status.message = message
+        self.refusal = err
+
+    def permitted(self) -> None:
+        """After a refusal, Ready and the message are the phase's again (this reconcile's own
+        refusal, if any, says otherwise)."""
+        ready = self._condition("Ready")
+        if ready is None or ready.reason not in REFUSAL_REASONS:
+            return
+        kind = "Provisioned" if self.status.phase == Phase.PROVISIONING else self.status.phase.value
+        phase = self._condition(kind)
+        if phase is None:  # Pending: no transition yet, so no conditions before the refusal
+            self.status.conditions = [c for c in self.status.conditions if c.type != "Ready"]
+            self.status.message = None
+        else:
+            self._set_ready(self.status.phase == Phase.RUNNING, phase.reason, phase.message)
+            self.status.message = phase.message
+        again = "the API server accepts the operator's requests again"
+        self.events.append(Event("Normal", "Permitted", again))
+        logger.info("%s/%s: %s", self.namespace, self.name, again)
+
+    def _set_ready(self, ready: bool, reason: str, message: str) -> None:
+        status = "True" if ready else "False"
+        old = self._condition("Ready")
+        since = rfc3339(self.now) if old is None or old.status != status else old.lastTransitionTime
+        condition = Condition(
+            type="Ready",
+            status=status,
+            reason=reason,
+            message=message,
+            lastTransitionTime=since,
+            observedGeneration=self.generation,
+        )
+        others = [c for c in self.status.conditions if c.type != "Ready"]
+        self.status.conditions = [condition, *others]  # Ready first, as CONDITION_TYPES orders them
+
+    def _condition(self, kind: str) -> Condition | None:
+        return next((c for c in self.status.conditions if c.type == kind), None)
 
     def _cluster_name(self) -> str:
         return self.status.rayClusterName or raycluster_name(self.name)
