@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import random
 import threading
 import time
 from collections import defaultdict
@@ -71,6 +72,17 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
     # No watching of Namespaces and CRDs for changes: the watched namespaces come from the
     # command line, and the RBAC needs no cluster-wide read of namespaces or CRDs.
     settings.scanning.disabled = True
+    # Watch health. The API server ends each watch after server_timeout, as client-go's reflectors
+    # ask (5-10 min at random; kopf takes one number, drawn once per process): watches are renewed
+    # regularly and spread again over API server replicas after a rolling restart. A watch that
+    # delivers nothing for watch_stall_timeout_s is dropped; kopf then watches again from the last
+    # resourceVersion it saw, and the API server replays every change since, or answers 410 Gone
+    # when it no longer keeps that version, on which kopf lists everything again
+    # (docs/platform/fault-tolerance.md#watch-health). client_timeout is the backstop for a
+    # stream the server fails to end.
+    settings.watching.server_timeout = random.randint(300, 600)
+    settings.watching.client_timeout = settings.watching.server_timeout + 60
+    settings.watching.inactivity_timeout = operator_settings.watch_stall_timeout_s
     memo.settings = operator_settings
     memo.metrics = Metrics()
     memo.metrics.serve(operator_settings.metrics_port, operator_settings.metrics_host)

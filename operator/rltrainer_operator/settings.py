@@ -29,6 +29,10 @@ class Settings:
     """First restart delay; doubles per restart."""
     backoff_max_s: float = 300.0
     """Longest restart delay."""
+    watch_stall_timeout_s: float = 70.0
+    """A watch (of experiments, of RayClusters) that delivers nothing for this long, not even the
+    bookmark the API server sends about once a minute, counts as stalled: it is dropped and opened
+    again (a half-open connection after a network fault would otherwise hang it forever)."""
     metrics_port: int = 8081
     """Prometheus metrics on this port (0: off). Liveness is kopf's ``--liveness`` endpoint."""
     metrics_host: str = "127.0.0.1"

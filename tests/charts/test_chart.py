@@ -346,6 +346,7 @@ def test_operator_settings_come_from_the_chart() -> None:
         "crash_loop_restarts",
         "backoff_base_s",
         "backoff_max_s",
+        "watch_stall_timeout_s",
         "dashboard_port",
     ):
         assert getattr(settings, field) == getattr(defaults, field), field
