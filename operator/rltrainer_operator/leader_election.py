@@ -28,6 +28,7 @@ both from the downward API), and ``KUBECONFIG`` outside a cluster.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +47,12 @@ logger = logging.getLogger("rltrainer_operator.leader_election")
 
 #: client-go's defaults (controller-runtime's too).
 LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S = 15, 10, 2
+#: Each Lease call's limit, one attempt (no retries): a renewal (a read and a replace) started
+#: just before the renew deadline still ends, failed, before the Lease can expire for the others
+#: (10 + 2 x 1.5 < 15 s). Without it a call on a silent connection (a half-open one after a
+#: network fault) would block the renewals past the deadline while the operator acts on: two
+#: leaders.
+LEASE_CALL_TIMEOUT_S = 1.5
 DEFAULT_LEASE = "rltrainer-operator"
 
 
@@ -120,20 +128,20 @@ class Candidate:
 
         api = kubernetes.client.CoordinationV1Api()
         try:
-            lease = api.read_namespaced_lease(self.lease, self.namespace)
+            bounded = _BoundedCalls(api, LEASE_CALL_TIMEOUT_S)
+            lease = bounded.read_namespaced_lease(self.lease, self.namespace)
             if lease.spec.holder_identity == self.identity:
                 lease.spec.holder_identity = ""
                 lease.spec.lease_duration_seconds = 1
-                api.replace_namespaced_lease(self.lease, self.namespace, lease)
+                bounded.replace_namespaced_lease(self.lease, self.namespace, lease)
         except Exception as err:  # noqa: BLE001 - it expires by itself anyway
             logger.info("could not release Lease %s/%s: %s", self.namespace, self.lease, err)
 
     def run(self) -> None:
-        from kubernetes.leaderelection import electionconfig, leaderelection
-        from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+        from kubernetes.leaderelection import electionconfig
 
         config = electionconfig.Config(
-            LeaseLock(self.lease, self.namespace, self.identity),
+            bounded_lease_lock(self.lease, self.namespace, self.identity),
             LEASE_DURATION_S,
             RENEW_DEADLINE_S,
             RETRY_PERIOD_S,
@@ -142,7 +150,85 @@ class Candidate:
         )
         self.serve_health()
         logger.info("%s waits for Lease %s/%s", self.identity, self.namespace, self.lease)
-        leaderelection.LeaderElection(config).run()
+        _election(config).run()
+
+
+def _election(config: Any) -> Any:
+    """The client's ``LeaderElection`` for ``config``, renewing as client-go does."""
+    from kubernetes.leaderelection import leaderelection
+
+    class Election(leaderelection.LeaderElection):
+        """The client's election with client-go's renew deadline: counted from the last renewal
+        that went through (the client's own restarts it after each retry period, so a leader
+        could act on until 12 s plus a call in flight had passed, too close to the 15 s Lease)."""
+
+        def renew_loop(self, leading_failed: threading.Event | None = None) -> None:
+            renewed = time.monotonic()
+            while leading_failed is None or not leading_failed.is_set():
+                if self.try_acquire_or_renew():
+                    renewed = time.monotonic()
+                elif time.monotonic() + RETRY_PERIOD_S - renewed >= RENEW_DEADLINE_S:
+                    return  # no try may start past the deadline; run() calls stopped_leading
+                time.sleep(RETRY_PERIOD_S)
+
+    return Election(config)
+
+
+def bounded_lease_lock(name: str, namespace: str, identity: str) -> Any:
+    """The kubernetes client's ``LeaseLock`` with every call bounded (``LEASE_CALL_TIMEOUT_S``, one
+    attempt) and a transport failure (the API server down or silent) counted as a failed try, as
+    client-go counts it. The client's own lock catches only API errors: a refused connection
+    would end the elector with a traceback (a follower's Pod restarted for an API server restart)
+    and skip ``stopped_leading`` (a leader's operator left running)."""
+    import kubernetes
+    import urllib3
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    class _Unreachable:
+        """What ``get`` returns for a failed read: the elector logs its ``reason``."""
+
+        body = None
+
+        def __init__(self, err: Exception) -> None:
+            self.reason = f"{type(err).__name__}: {err}"
+
+    class BoundedLeaseLock(LeaseLock):
+        def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+            try:
+                return super().get(name, namespace)
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                return False, _Unreachable(err)
+
+        def create(self, name: str, namespace: str, election_record: Any) -> bool:
+            try:
+                return super().create(name, namespace, election_record)
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                logger.info("could not create Lease %s/%s: %s", namespace, name, err)
+                return False
+
+        def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+            try:
+                return super().update(name, namespace, updated_record)
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                logger.info("could not renew Lease %s/%s: %s", namespace, name, err)
+                return False
+
+    configuration = kubernetes.client.Configuration.get_default_copy()
+    configuration.retries = False
+    api = kubernetes.client.CoordinationV1Api(kubernetes.client.ApiClient(configuration))
+    lock = BoundedLeaseLock(name, namespace, identity)
+    lock.api_instance = _BoundedCalls(api, LEASE_CALL_TIMEOUT_S)
+    return lock
+
+
+class _BoundedCalls:
+    """An API object whose every method call carries ``_request_timeout``."""
+
+    def __init__(self, api: Any, timeout_s: float) -> None:
+        self._api, self._timeout_s = api, timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        return functools.partial(getattr(self._api, name), _request_timeout=self._timeout_s)
 
 
 class _JsonLines(logging.Formatter):

@@ -14,13 +14,20 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from typing import Any
 
 import kubernetes
 import pytest
 from conftest import apply, experiment_manifest, get_experiment, wait_for
+from test_watch_health import CuttingProxy, proxied_kubeconfig
 
-from rltrainer_operator.leader_election import LEASE_DURATION_S, RETRY_PERIOD_S
+from rltrainer_operator.leader_election import (
+    LEASE_CALL_TIMEOUT_S,
+    LEASE_DURATION_S,
+    RENEW_DEADLINE_S,
+    RETRY_PERIOD_S,
+)
 from rltrainer_operator.testing.envtest import free_port
 
 LEASE = "rltrainer-operator"
@@ -29,11 +36,11 @@ LEASE = "rltrainer-operator"
 class Replica:
     """One replica's elector and (once it leads) operator, as a process group."""
 
-    def __init__(self, kube: Any, name: str, logs: Any) -> None:
+    def __init__(self, kube: Any, name: str, logs: Any, kubeconfig: Any = None) -> None:
         self.name = name
         env = {
             **os.environ,
-            "KUBECONFIG": kube.kubeconfig,
+            "KUBECONFIG": str(kubeconfig or kube.kubeconfig),
             "POD_NAMESPACE": kube.ns,
             "POD_NAME": name,
             "RLTRAINER_OPERATOR_RAY_TOKEN_KEY": "test-key",
@@ -81,8 +88,8 @@ def holder(kube: Any) -> str | None:
 def replicas(kube, tmp_path):
     started: list[Replica] = []
 
-    def start(name: str) -> Replica:
-        replica = Replica(kube, name, tmp_path)
+    def start(name: str, kubeconfig: Any = None) -> Replica:
+        replica = Replica(kube, name, tmp_path, kubeconfig)
         started.append(replica)
         return replica
 
@@ -142,3 +149,29 @@ def test_one_replica_acts_and_the_other_takes_over(kube, kuberay, ray_api, repli
         print(f"failover: {took_over_s:.1f} s after SIGKILL, {handed_over_s:.1f} s after SIGTERM")
     finally:
         stop_ready.set()
+
+
+def renewed_at(kube: Any) -> float:
+    api = kubernetes.client.CoordinationV1Api(kube.api_client)
+    return api.read_namespaced_lease(LEASE, kube.ns).spec.renew_time.timestamp()
+
+
+def test_a_leader_that_cannot_renew_stops_acting_before_its_lease_ends(kube, replicas, tmp_path):
+    """The leader's API server goes silent (connections accepted, nothing answered, nothing
+    closed): its renewals fail within their own bound, and it stops its operator before the
+    Lease can pass to another replica, never after (no moment with two acting operators)."""
+    url = urllib.parse.urlsplit(kube.plane.url)
+    with CuttingProxy((url.hostname, url.port)) as proxy:
+        leader = replicas("replica-a", proxied_kubeconfig(kube.kubeconfig, proxy.port, tmp_path))
+        wait_for("it leads", lambda: holder(kube) == leader.name, 60)
+        wait_for("its operator", leader.operator_running, 30)
+        proxy.stall()
+        last_renewal = renewed_at(kube)  # read past the proxy: the last renewal that got through
+        wait_for("the operator stopped", lambda: not leader.operator_running(), LEASE_DURATION_S + 20)
+        stopped = time.time()
+        assert leader.process.wait(timeout=10) == 1
+    # Before the Lease could end for the others (the renewal in flight at the deadline included).
+    assert stopped - last_renewal < LEASE_DURATION_S, stopped - last_renewal
+    assert stopped - last_renewal >= RENEW_DEADLINE_S - RETRY_PERIOD_S - 1, "stopped before its deadline"
+    assert RENEW_DEADLINE_S + 2 * LEASE_CALL_TIMEOUT_S < LEASE_DURATION_S
+    print(f"stopped acting {stopped - last_renewal:.1f} s after its last renewal")

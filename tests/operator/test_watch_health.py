@@ -48,6 +48,7 @@ class _Connection:
     client: socket.socket
     server: socket.socket
     cut: bool = False
+    stalled: bool = False
 
 
 class CuttingProxy:
@@ -62,12 +63,22 @@ class CuttingProxy:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self._stalled = False
 
     def cut(self) -> None:
         """Every connection open now goes silent (module docstring); later ones pass."""
         with self._lock:
             for connection in self._connections:
                 connection.cut = True
+
+    def stall(self) -> None:
+        """Every connection, open now or made later, swallows what either side sends and never
+        closes: an API server that accepts connections and answers nothing (a hung process,
+        a black-holing load balancer)."""
+        with self._lock:
+            self._stalled = True
+            for connection in self._connections:
+                connection.cut = connection.stalled = True
 
     def __enter__(self) -> CuttingProxy:
         self._spawn(self._accept)
@@ -100,6 +111,7 @@ class CuttingProxy:
                 continue
             client.settimeout(None)
             connection = _Connection(client, socket.create_connection(self.upstream))
+            connection.cut = connection.stalled = self._stalled
             with self._lock:
                 self._connections.append(connection)
             self._spawn(self._pump, connection, connection.client, connection.server)
@@ -111,6 +123,10 @@ class CuttingProxy:
                 data = source.recv(65536)
             except OSError:
                 data = b""
+            if connection.stalled:
+                if not data:
+                    return
+                continue  # swallowed, both ways
             if connection.cut:
                 if source is connection.server:
                     if not data:
