@@ -10,6 +10,7 @@ same time.
 from __future__ import annotations
 
 import copy
+import datetime
 import logging
 import os
 import random
@@ -21,11 +22,11 @@ from typing import Any
 import kopf
 
 from rltrainer_operator.builders.naming import EXPERIMENT_LABEL, MANAGED_BY
-from rltrainer_operator.kube import Kube, make_api_client
+from rltrainer_operator.kube import Kube, Refused, make_api_client, refused_delay
 from rltrainer_operator.metrics import Metrics
 from rltrainer_operator.models import GROUP, PLURAL, VERSION
 from rltrainer_operator.progress import progress_reader
-from rltrainer_operator.reconciler import Reconciler
+from rltrainer_operator.reconciler import Event, Outcome, Reconciler
 from rltrainer_operator.settings import Settings
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -99,6 +100,31 @@ def cleanup(memo: kopf.Memo, **_: Any) -> None:
             memo[name].close()
 
 
+#: How long kopf keeps the credentials of one login before it logs in again.
+CREDENTIALS_TTL = datetime.timedelta(days=1)
+
+
+@kopf.on.login(id="credentials")
+def login(memo: kopf.Memo, settings: kopf.OperatorSettings, retry: int, **_: Any) -> kopf.ConnectionInfo:
+    """kopf's credentials are the operator's own client's, once the API server accepts them.
+
+    Refused (401: the ServiceAccount deleted, its token revoked), this retries with backoff and
+    kopf logs each try in one line, holding its API calls meanwhile: the operator stays up, its
+    liveness too, and carries on once the credentials are accepted. (kopf's own login would
+    hand the refused token back, and kopf would stop the operator on ``LoginError``: a Pod in
+    CrashLoopBackOff, the cause out of sight.) Each login is a new ``ConnectionInfo`` (its
+    expiration): kopf ignores one equal to credentials it once saw refused, even when the API
+    server accepts them again."""
+    kube = Kube(memo.api_client)
+    try:
+        kube.check_credentials()
+    except Refused as err:
+        delay = refused_delay(retry)
+        raise kopf.TemporaryError(f"{err}; trying again in {delay:.0f}s", delay=delay) from None
+    expiration = datetime.datetime.now(datetime.UTC) + CREDENTIALS_TTL
+    return kube.connection_info(trust_env=settings.networking.trust_env, expiration=expiration)
+
+
 @kopf.on.probe(id="experiments")
 def experiments_probe(memo: kopf.Memo, **_: Any) -> int:
     """Liveness detail: how many experiments this operator tracks."""
@@ -115,9 +141,12 @@ def experiments_by_name(namespace: str, name: str, body: kopf.Body, **_: Any) ->
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 @kopf.timer(*RESOURCE, interval=POLL_INTERVAL_S)
-def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    for event in _reconcile(body, memo):
+def reconcile(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    outcome = _reconcile(body, memo)
+    for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    if outcome.refused is not None:  # kopf logs it, one line a try, and tries again with backoff
+        raise kopf.TemporaryError(str(outcome.refused), delay=refused_delay(retry))
 
 
 @kopf.on.event("ray.io", "v1", "rayclusters", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
@@ -130,13 +159,13 @@ def raycluster_changed(
         return
     key = (body.metadata.namespace, body.metadata.labels.get(EXPERIMENT_LABEL))
     for experiment in experiments_by_name.get(key, []):
-        for event in _reconcile(experiment, memo):
+        for event in _reconcile(experiment, memo).events:  # a refusal: the timer tries again
             kopf.event(experiment, type=event.type, reason=event.reason, message=event.message)
 
 
-def _reconcile(body: kopf.Body, memo: kopf.Memo) -> list[Any]:
+def _reconcile(body: kopf.Body, memo: kopf.Memo) -> Outcome:
     """One reconcile under the experiment's lock, its status written before the lock is released;
-    returns the events to post.
+    returns its outcome (the events to post, a refusal).
 
     The status goes through ``kube``, not kopf's handler patch: kopf applies that patch after the
     handler returns, outside the lock, so a reconcile started by a RayCluster event could write a
@@ -156,10 +185,10 @@ def _reconcile(body: kopf.Body, memo: kopf.Memo) -> list[Any]:
         if outcome.deleted:
             memo.metrics.observe_phase(uid, None)
             memo.written.pop(uid, None)
-            return outcome.events
+            return outcome
         status = outcome.status if outcome.status is not None else written
         if status is None or _set(status) == _set(body.get("status") or {}):
-            return outcome.events
+            return outcome
         old_restarts = (experiment.get("status") or {}).get("restarts") or 0
         if status.get("restarts", 0) > old_restarts:
             memo.metrics.restarts.inc(status["restarts"] - old_restarts)
@@ -167,10 +196,20 @@ def _reconcile(body: kopf.Body, memo: kopf.Memo) -> list[Any]:
         # what this one did (a submitted job), and writes it again.
         memo.written[uid] = status
         memo.metrics.observe_phase(uid, status.get("phase"))
+        _write_status(body, memo, status, outcome)
+        return outcome
+
+
+def _write_status(body: kopf.Body, memo: kopf.Memo, status: dict[str, Any], outcome: Outcome) -> None:
+    """Write the status. Refused (403, 401), no condition can say so: a Warning event does
+    (when events may still be created) and kopf's log line of each retry."""
+    try:
         memo.reconciler.kube.patch_experiment_status(
             body["metadata"]["namespace"], body["metadata"]["name"], status
         )
-        return outcome.events
+    except Refused as err:
+        outcome.events.append(Event("Warning", err.reason, str(err)))
+        outcome.refused = err
 
 
 def _latest(body: kopf.Body, memo: kopf.Memo) -> dict[str, Any]:
