@@ -53,6 +53,8 @@ LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S = 15, 10, 2
 #: network fault) would block the renewals past the deadline while the operator acts on: two
 #: leaders.
 LEASE_CALL_TIMEOUT_S = 1.5
+#: A refused Lease call is said once a minute (the retries go on every retry period).
+REFUSAL_LOG_INTERVAL_S = 60
 DEFAULT_LEASE = "rltrainer-operator"
 
 
@@ -193,11 +195,30 @@ def bounded_lease_lock(name: str, namespace: str, identity: str) -> Any:
             self.reason = f"{type(err).__name__}: {err}"
 
     class BoundedLeaseLock(LeaseLock):
+        refusal_said_at = -REFUSAL_LOG_INTERVAL_S
+
         def get(self, name: str, namespace: str) -> tuple[bool, Any]:
             try:
-                return super().get(name, namespace)
+                found, record = super().get(name, namespace)
             except (urllib3.exceptions.HTTPError, OSError) as err:
                 return False, _Unreachable(err)
+            if not found and getattr(record, "status", None) in (401, 403):
+                self._say_refused(record)
+            return found, record
+
+        def _say_refused(self, err: Any) -> None:
+            """The cause in one line a minute, not the client's line every retry period."""
+            if time.monotonic() - self.refusal_said_at < REFUSAL_LOG_INTERVAL_S:
+                return
+            self.refusal_said_at = time.monotonic()
+            what = (
+                "refuses this replica's credentials (401): its ServiceAccount's token is no longer "
+                "accepted (the ServiceAccount deleted, or the token revoked)"
+                if err.status == 401
+                else f"forbids this replica to read Lease {namespace}/{name} (403): the chart's "
+                "leader-election Role or RoleBinding is missing or changed"
+            )
+            logger.error("cannot lead: the API server %s; retrying every %d s", what, RETRY_PERIOD_S)
 
         def create(self, name: str, namespace: str, election_record: Any) -> bool:
             try:

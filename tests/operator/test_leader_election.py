@@ -175,3 +175,20 @@ def test_a_leader_that_cannot_renew_stops_acting_before_its_lease_ends(kube, rep
     assert stopped - last_renewal >= RENEW_DEADLINE_S - RETRY_PERIOD_S - 1, "stopped before its deadline"
     assert RENEW_DEADLINE_S + 2 * LEASE_CALL_TIMEOUT_S < LEASE_DURATION_S
     print(f"stopped acting {stopped - last_renewal:.1f} s after its last renewal")
+
+
+def test_a_replica_refused_the_lease_says_why_and_stays_up(kube, replicas, tmp_path):
+    """A replica whose ServiceAccount may not read the Lease (the chart's leader-election Role
+    gone): it says so in one line naming the cause, keeps trying, and runs no operator."""
+    kube.core.create_namespaced_service_account(kube.ns, {"metadata": {"name": "no-lease"}})
+    kubeconfig = kube.plane.service_account_kubeconfig(kube.ns, "no-lease", tmp_path / "no-lease.kubeconfig")
+    replica = replicas("replica-refused", kubeconfig)
+    said = wait_for(
+        "the refusal said",
+        lambda: "cannot lead: the API server forbids" in (text := replica.log.read_text()) and text,
+        30,
+    )
+    assert "leader-election Role" in said and "Traceback" not in said, said
+    time.sleep(2 * RETRY_PERIOD_S)  # retried, said once
+    assert replica.process.poll() is None and not replica.operator_running()
+    assert replica.log.read_text().count("cannot lead") == 1
