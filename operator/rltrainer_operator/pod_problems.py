@@ -5,7 +5,8 @@ KubeRay reports a cluster as not ready and no more; the reasons are on its Pods 
 head): an image the node does not have and may not pull, a Pod no node can take, a container
 the kubelet cannot create for want of a Secret or key its environment names (the S3 Secret), a container
 killed for memory, one that keeps crashing, a worker that waits in KubeRay's ``wait-gcs-ready``
-init container for a head it cannot reach. ``pod_problems`` reads them from the Pods' status
+init container for a head it cannot reach, a deleted Pod whose node never confirms (a lost
+node). ``pod_problems`` reads them from the Pods' status
 (init containers' too), the first of them reaches the experiment as its condition's reason and
 message, and an event. Pure functions on Pod dicts (as the API returns them), tested without a
 cluster, on Pods real KubeRay made among others.
@@ -30,12 +31,15 @@ WAIT_FOR_HEAD = "wait-gcs-ready"
 #: A worker waiting for the head longer than this is said to (starting Ray on a loaded 2-core
 #: node takes up to ~40 s; KubeRay itself starts logging the failures after 120 s).
 WAIT_FOR_HEAD_S = 90.0
+#: A deleted Pod still there this long after its deletion time (the end of its grace period)
+#: has a kubelet that does not answer: a live one confirms within seconds.
+NODE_CONFIRM_S = 30.0
 
 
 @dataclass(frozen=True)
 class PodProblem:
     """``reason``: ImagePullFailed, Unschedulable, CreateContainerConfigError, OOMKilled,
-    CrashLoopBackOff or WaitingForHead."""
+    CrashLoopBackOff, WaitingForHead or NodeLost."""
 
     reason: str
     group: str
@@ -48,7 +52,11 @@ def pod_problems(pods: list[dict[str, Any]], now: datetime.datetime | None = Non
     """Every problem found, one per pod at most, in a stable order (head first, then by name).
     ``now``: the time to judge waits by (a worker waiting for the head; None: waits are not judged)."""
     ordered = sorted(pods, key=lambda p: (_group(p) != HEAD_GROUP, p["metadata"].get("name", "")))
-    found = [problem for pod in ordered if (problem := _problem(pod) or _waiting_for_head(pod, now))]
+    found = [
+        problem
+        for pod in ordered
+        if (problem := _not_confirmed(pod, now) or _problem(pod) or _waiting_for_head(pod, now))
+    ]
     return found
 
 
@@ -125,6 +133,28 @@ def _shared_memory_note(pod: dict[str, Any], container: str) -> str:
     if not mounted & in_memory:
         return ""
     return " (Ray's object store lives in the pod's memory-backed /dev/shm, which counts against it)"
+
+
+def _not_confirmed(pod: dict[str, Any], now: datetime.datetime | None) -> PodProblem | None:
+    """A deleted Pod still there ``NODE_CONFIRM_S`` past its grace period: its kubelet would have
+    confirmed the deletion by then, so its node is not answering. Kubernetes keeps such a Pod
+    (Terminating) until the node is back, deleted, or tainted out-of-service, and KubeRay counts
+    it: no replacement, and no new cluster of the same name, before then."""
+    deleted = (pod.get("metadata") or {}).get("deletionTimestamp")
+    if now is None or not deleted:
+        return None
+    overdue = (now - datetime.datetime.fromisoformat(deleted.replace("Z", "+00:00"))).total_seconds()
+    if overdue < NODE_CONFIRM_S:
+        return None
+    node = (pod.get("spec") or {}).get("nodeName") or "?"
+    return PodProblem(
+        "NodeLost",
+        _group(pod),
+        f"{_where(pod)}: still there after its deletion ({deleted}, its grace period's end): node "
+        f"{node} does not answer. Kubernetes removes it once the node is back, or, if the node is gone for "
+        f"good, once it is deleted (kubectl delete node {node}) or tainted "
+        f"node.kubernetes.io/out-of-service=nodeshutdown:NoExecute; KubeRay replaces it then",
+    )
 
 
 def _waiting_for_head(pod: dict[str, Any], now: datetime.datetime | None) -> PodProblem | None:

@@ -464,8 +464,8 @@ class _Step:
             return self._queued(cluster)
         if cluster is not None and cluster_ready(cluster):
             return self._submit(cluster)
-        if cluster is not None:
-            self._report_pod_problems()
+        # None: the old cluster still going, held up only by Pods on a node that does not answer.
+        self._report_pod_problems(lost_nodes_only=cluster is None)
         since = self._condition_since("Provisioned") or self.now
         waited = (self.now - since).total_seconds()
         if waited > self.r.settings.provision_timeout_s:
@@ -475,12 +475,15 @@ class _Step:
                 cluster_lost=True,
             )
 
-    def _report_pod_problems(self) -> None:
-        """While the cluster is not ready, say why when its Pods show it (once per new reason)."""
-        pods = self.r.kube.list_cluster_pods(self.namespace, self.status.rayClusterName)
+    def _report_pod_problems(self, phase: Phase = Phase.PROVISIONING, lost_nodes_only: bool = False) -> None:
+        """While the cluster is not ready, say why when its Pods show it (once per new reason);
+        ``lost_nodes_only``: only Pods held by a node that does not answer (``NodeLost``)."""
+        pods = self.r.kube.list_cluster_pods(self.namespace, self._cluster_name())
         problems = pod_problems(pods, now=self.now)
+        if lost_nodes_only:
+            problems = [problem for problem in problems if problem.reason == "NodeLost"]
         if problems and self.status.message != problems[0].message:
-            self.transition(Phase.PROVISIONING, problems[0].reason, problems[0].message, warning=True)
+            self.transition(phase, problems[0].reason, problems[0].message, warning=True)
 
     def _ray_oom(self, cluster: dict[str, Any], job: JobInfo) -> Any:
         """Whether Ray killed a process for memory (its words are in the driver's output, of
@@ -661,7 +664,8 @@ class _Step:
         if cluster is not None and queueing.held(cluster):
             return self._queued(cluster)
         if cluster is not None and self._terminating_pods():
-            return  # a disrupted pod still going: its replacement is what the next driver needs
+            # A disrupted pod still going: its replacement is what the next driver needs.
+            return self._report_pod_problems(Phase.RESTARTING, lost_nodes_only=True)
         if cluster is not None and cluster_ready(cluster):
             return self._submit(cluster)
         self.transition(

@@ -41,6 +41,14 @@ def training_experiment(platform: journeys.Platform, iterations: int = ITERATION
     return spec
 
 
+def credentials(platform: journeys.Platform) -> None:
+    """This platform's S3 keys (each platform's S3 server makes its own) in the namespace, which
+    outlives a test on the session's control plane."""
+    platform.namespace(NS)
+    platform.stack.plane.kubectl_run("delete", "secret", "s3-creds", "-n", NS, "--ignore-not-found")
+    platform.credentials_secret(NS)
+
+
 def progress_iteration(name: str) -> int:
     """The driver's own count of iterations (``progress.json`` in S3, which the operator reads)."""
     uri = f"s3://{journeys.BUCKET}/faults/{NS}/{name}/progress.json"
@@ -67,7 +75,7 @@ def raycluster_uid(platform: journeys.Platform, name: str) -> str:
 def train_through(platform: journeys.Platform, name: str, fault: str, break_it) -> dict[str, Any]:
     """Apply the experiment, let it train, ``break_it()`` (returns once the part is back), then
     check that nothing restarted and nothing was lost; the test's record."""
-    platform.credentials_secret(NS)
+    credentials(platform)
     platform.apply(name, NS, training_experiment(platform))
     running = platform.wait(
         "Running past iteration 3", name, NS,
@@ -84,11 +92,11 @@ def train_through(platform: journeys.Platform, name: str, fault: str, break_it) 
         lambda s: (s.get("iteration") or 0) >= min(reached, ITERATIONS), 180,
     )  # fmt: skip
     recovered_s = time.monotonic() - back
-    done = platform.wait_phase("Succeeded", name, NS, 300)
-
-    # Nothing restarted that did not need to: the same cluster, Pods, containers and job.
+    # Nothing restarted that did not need to: the same cluster, Pods, containers and job (read
+    # before the end: a finished experiment's cluster is deleted).
     assert raycluster_uid(platform, name) == cluster
     assert pods_and_containers(platform, name) == pods
+    done = platform.wait_phase("Succeeded", name, NS, 300)
     assert done["jobId"] == running["jobId"] and (done.get("restarts") or 0) == 0, done
     assert not done.get("envRunnerRestarts") and not done.get("learnerRestarts"), done
     # No iteration lost or repeated: the checkpoints every 5 iterations, to the last.
@@ -149,7 +157,7 @@ def test_a_rollout_pod_cut_off_from_the_head_for_a_minute(pod_platform, node, re
         pytest.skip("a Pod's network cut for a minute: make e2e (RLTRAINER_E2E=1)")
     platform, name = pod_platform, "cut-off"
     cluster = raycluster_name(name)
-    platform.credentials_secret(NS)
+    credentials(platform)
     platform.apply(name, NS, training_experiment(platform))
     running = platform.wait(
         "Running past iteration 3", name, NS,
@@ -239,7 +247,7 @@ def lose_a_node(platform: journeys.Platform, lost, spare, name: str, groups: set
     spec["rollouts"] = {**spec["rollouts"], **placement["rollouts"]}
     label_node(plane, lost.name, "lost")
     try:
-        platform.credentials_secret(NS)
+        credentials(platform)
         platform.apply(name, NS, spec)
         running = platform.wait(
             "Running past iteration 6 (a checkpoint at 5)", name, NS,
@@ -272,6 +280,14 @@ def lose_a_node(platform: journeys.Platform, lost, spare, name: str, groups: set
             120,
         )
         timeline["evicted_s"] = since()
+        if "headgroup" in groups:
+            # The restart waits for the old cluster, held up by its Pods on the lost node: said.
+            held = platform.wait(
+                "NodeLost said", name, NS,
+                lambda s: any(c.get("reason") == "NodeLost" for c in s.get("conditions") or []), 240,
+            )  # fmt: skip
+            assert f"node {lost.name} does not answer" in held["message"], held
+            timeline["node_lost_said_s"] = since()
         plane.kubectl_run("taint", "node", lost.name, OUT_OF_SERVICE)
         try:
             wait_for(

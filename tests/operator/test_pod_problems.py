@@ -8,7 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rltrainer_operator.pod_problems import WAIT_FOR_HEAD, WAIT_FOR_HEAD_S, pod_problems, ray_oom_problem
+from rltrainer_operator.pod_problems import (
+    NODE_CONFIRM_S,
+    WAIT_FOR_HEAD,
+    WAIT_FOR_HEAD_S,
+    pod_problems,
+    ray_oom_problem,
+)
 
 
 def pod(name: str, group: str, status: dict[str, Any], memory: str | None = None) -> dict[str, Any]:
@@ -203,3 +209,24 @@ def config_error(message: str) -> dict[str, Any]:
         "image": "trainer:1",
         "state": {"waiting": {"reason": reason, "message": message}},
     }
+
+
+def test_a_deleted_pod_its_node_never_confirms_names_the_node_and_what_frees_it() -> None:
+    now = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+
+    def deleted(seconds_ago: float) -> dict[str, Any]:
+        stuck = pod("c-head-x", "headgroup", {"phase": "Running"})
+        stuck["metadata"]["deletionTimestamp"] = (now - datetime.timedelta(seconds=seconds_ago)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+        stuck["spec"]["nodeName"] = "node-7"
+        return stuck
+
+    assert pod_problems([deleted(5)], now=now) == []  # its kubelet may still be at it
+    assert pod_problems([deleted(600)]) == []  # no clock, no judgement
+    (problem,) = pod_problems([deleted(NODE_CONFIRM_S + 1)], now=now)
+    assert problem.reason == "NodeLost" and problem.group == "headgroup"
+    assert "node node-7 does not answer" in problem.message
+    assert "kubectl delete node node-7" in problem.message and "out-of-service" in problem.message
+    later = now + datetime.timedelta(minutes=5)
+    assert problem.message == pod_problems([deleted(NODE_CONFIRM_S + 1)], now=later)[0].message  # said once
