@@ -72,15 +72,20 @@ def raycluster_uid(platform: journeys.Platform, name: str) -> str:
     return cluster["metadata"]["uid"]
 
 
-def train_through(platform: journeys.Platform, name: str, fault: str, break_it) -> dict[str, Any]:
-    """Apply the experiment, let it train, ``break_it()`` (returns once the part is back), then
-    check that nothing restarted and nothing was lost; the test's record."""
+def start_training(platform: journeys.Platform, name: str) -> dict[str, Any]:
+    """Apply the experiment; its status once it trains past iteration 3."""
     credentials(platform)
     platform.apply(name, NS, training_experiment(platform))
-    running = platform.wait(
+    return platform.wait(
         "Running past iteration 3", name, NS,
         lambda s: s.get("phase") == "Running" and (s.get("iteration") or 0) >= 3, 420,
     )  # fmt: skip
+
+
+def train_through(platform: journeys.Platform, name: str, fault: str, break_it) -> dict[str, Any]:
+    """Apply the experiment, let it train, ``break_it()`` (returns once the part is back), then
+    check that nothing restarted and nothing was lost; the test's record."""
+    running = start_training(platform, name)
     pods, cluster = pods_and_containers(platform, name), raycluster_uid(platform, name)
     assert len(pods) == 2, pods
 
@@ -157,12 +162,7 @@ def test_a_rollout_pod_cut_off_from_the_head_for_a_minute(pod_platform, node, re
         pytest.skip("a Pod's network cut for a minute: make e2e (RLTRAINER_E2E=1)")
     platform, name = pod_platform, "cut-off"
     cluster = raycluster_name(name)
-    credentials(platform)
-    platform.apply(name, NS, training_experiment(platform))
-    running = platform.wait(
-        "Running past iteration 3", name, NS,
-        lambda s: s.get("phase") == "Running" and (s.get("iteration") or 0) >= 3, 420,
-    )  # fmt: skip
+    running = start_training(platform, name)
     pods = platform.kuberay.pods(NS, cluster)
     [head], [rollout] = pods["headgroup"], pods["rollouts"]
 
