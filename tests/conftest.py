@@ -114,6 +114,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Here, not in tests/e2e: tests/node reuses the end-to-end journeys (and their marks).
     config.addinivalue_line("markers", "e2e: end to end with real local Ray clusters (make e2e)")
     config.addinivalue_line("markers", "in_make_test: an end-to-end test that make test runs too")
+    config.addinivalue_line(
+        "markers", "e2e_only: a Pod test only make e2e runs (skipped before its fixtures start otherwise)"
+    )
 
 
 @pytest.hookimpl(trylast=True)

@@ -23,10 +23,10 @@ import pytest
 from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.testing.local_stack import GPU_NODE_LABELS
 from tests.e2e import test_journey as journeys
-from tests.e2e.conftest import e2e_requested
 from tests.e2e.helpers import wait_for
 
 NS = "cluster-faults"
+E2E_ONLY = pytest.mark.e2e_only
 #: As long as the issue asks: more than the kubelet's 10 s lease renewals and client-go's
 #: retries, less than the node controller's grace period (the Pods stay where they are).
 OUTAGE_S = 30
@@ -122,14 +122,15 @@ def train_through(platform: journeys.Platform, name: str, fault: str, break_it) 
     return record
 
 
-@pytest.mark.parametrize("etcd", [False, True], ids=["api-server", "api-server-and-etcd"])
-def test_training_goes_on_through_a_control_plane_restart(pod_platform, etcd, request):
+@pytest.mark.parametrize(
+    "etcd",
+    [pytest.param(False, id="api-server"), pytest.param(True, id="api-server-and-etcd", marks=E2E_ONLY)],
+)
+def test_training_goes_on_through_a_control_plane_restart(pod_platform, etcd):
     """The API server down for 30 s (and etcd with it in ``make e2e``): the kubelets, KubeRay,
     the controllers and the operator reconnect by themselves; training never notices (the Pods
     talk to S3 and to each other, not to the API server); the status catches up with the driver
     once the API server answers."""
-    if etcd and not e2e_requested(request.config):
-        pytest.skip("etcd restarted with the API server: make e2e (RLTRAINER_E2E=1)")
     plane = pod_platform.stack.plane
 
     def outage() -> None:
@@ -140,11 +141,10 @@ def test_training_goes_on_through_a_control_plane_restart(pod_platform, etcd, re
     train_through(pod_platform, name, "etcd and API server" if etcd else "API server", outage)
 
 
-def test_training_goes_on_through_a_containerd_restart(pod_platform, node, request):
+@E2E_ONLY
+def test_training_goes_on_through_a_containerd_restart(pod_platform, node):
     """containerd restarted under the running Pods (a runtime upgrade): their containers run on
     under their shims, the kubelet reconnects, nothing is restarted."""
-    if not e2e_requested(request.config):
-        pytest.skip("containerd restarted under running Pods: make e2e (RLTRAINER_E2E=1)")
     train_through(pod_platform, "through-containerd", "containerd", node.restart_containerd)
 
 
@@ -153,13 +153,12 @@ def test_training_goes_on_through_a_containerd_restart(pod_platform, node, reque
 PARTITION_S = 60
 
 
-def test_a_rollout_pod_cut_off_from_the_head_for_a_minute(pod_platform, node, request):
+@E2E_ONLY
+def test_a_rollout_pod_cut_off_from_the_head_for_a_minute(pod_platform, node):
     """Every packet between the rollout Pod and the head dropped for 60 s, in the rollout Pod's
     network namespace, then let through again: the driver never waits on the lost env runner
     past its sample timeout, the env runner comes back (reconnected, or replaced once its Ray
     node was declared dead), training goes on in the same job and the experiment succeeds."""
-    if not e2e_requested(request.config):
-        pytest.skip("a Pod's network cut for a minute: make e2e (RLTRAINER_E2E=1)")
     platform, name = pod_platform, "cut-off"
     cluster = raycluster_name(name)
     running = start_training(platform, name)
@@ -312,12 +311,11 @@ def lose_a_node(platform: journeys.Platform, lost, spare, name: str, groups: set
         label_node(plane, spare.name, None)
 
 
-def test_the_rollouts_node_lost(pod_platform, node, gpu_node, request):
+@E2E_ONLY
+def test_the_rollouts_node_lost(pod_platform, node, gpu_node):
     """The rollout Pod's node lost (the head on the other one): the env runner's Ray node is
     declared dead, the driver goes on without it, KubeRay's replacement rollout Pod starts on
     the spare node once the lost one's Pod is gone, and training goes on in the same job."""
-    if not e2e_requested(request.config):
-        pytest.skip("a node lost: make e2e (RLTRAINER_E2E=1)")
     record = lose_a_node(pod_platform, node, gpu_node, "rollouts-node-lost", {"rollouts"})
     done = record.pop("done")
     running = record.pop("running")
@@ -327,11 +325,10 @@ def test_the_rollouts_node_lost(pod_platform, node, gpu_node, request):
     print(json.dumps({"benchmark": "cluster_fault", "fault": "the rollouts' node lost", **record, **figures}))
 
 
-def test_the_heads_node_lost(pod_platform, node, gpu_node, request):
+@E2E_ONLY
+def test_the_heads_node_lost(pod_platform, node, gpu_node):
     """The head's node lost (the rollout Pod with it): the driver is gone; the operator restarts
     the experiment, which resumes from the newest checkpoint in S3, on the spare node."""
-    if not e2e_requested(request.config):
-        pytest.skip("a node lost: make e2e (RLTRAINER_E2E=1)")
     record = lose_a_node(pod_platform, node, gpu_node, "head-node-lost", {"headgroup", "rollouts"})
     done = record.pop("done")
     record.pop("running")

@@ -20,7 +20,6 @@ from rltrainer_operator.testing.node import import_images, podman_env
 from rltrainer_operator.testing.s3_server import REGION, S3Server
 from tests.charts.helpers import CHART_DIR
 from tests.conftest import built_part
-from tests.e2e.conftest import e2e_requested
 from tests.e2e.helpers import wait_for
 from tests.node.helpers import apply, get, helm
 
@@ -156,12 +155,11 @@ def next_operator_image(image: str) -> str:
     return tag
 
 
+@pytest.mark.e2e_only
 @pytest.mark.usefixtures("kuberay_operator")
 def test_upgrade_rollback_and_uninstall_while_an_experiment_trains(
-    request, control_plane, cluster_network, node, images, s3, image_archives
+    control_plane, cluster_network, node, images, s3, image_archives
 ) -> None:
-    if not e2e_requested(request.config):
-        pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
     if not cluster_network.service_proxy:
         pytest.skip("another test cluster on this machine runs its kube-proxy: no `kubernetes` Service here")
     plane = control_plane

@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from tests.charts.helpers import CHART_DIR, manifests, render_objects
-from tests.e2e.conftest import e2e_requested
 from tests.e2e.helpers import wait_for
 from tests.node.helpers import apply, delete, describe, get, helm
 
@@ -317,12 +316,11 @@ def lease_holder(control_plane) -> str:
     return (lease.get("spec") or {}).get("holderIdentity") or ""
 
 
+@pytest.mark.e2e_only
 @pytest.mark.usefixtures("operator_release")
-def test_two_replicas_one_acting_and_the_leaders_pod_deleted(control_plane, images, request) -> None:
+def test_two_replicas_one_acting_and_the_leaders_pod_deleted(control_plane, images) -> None:
     """The chart's default of two replicas on the real cluster: one holds the Lease and acts; its
     Pod deleted, the other takes over (the old one releases the Lease on SIGTERM)."""
-    if not e2e_requested(request.config):
-        pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
     repository, tag = images.operator.rsplit(":", 1)
     values = release_values(image={"repository": repository, "tag": tag, "pullPolicy": "Never"}, replicas=2)
     helm(control_plane, NAMESPACE).upgrade(

@@ -196,27 +196,22 @@ def test_bad_input_on_real_pods_is_named(pod_platform):
     assert "group learners" in tiny["message"] and "340Mi" in tiny["message"], tiny
 
 
-def e2e_only(request) -> None:
-    if not e2e_requested(request.config):
-        pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
-
-
-def test_s3_that_refuses_the_pods_is_named_on_real_pods(pod_platform, request):
+@pytest.mark.e2e_only
+def test_s3_that_refuses_the_pods_is_named_on_real_pods(pod_platform):
     """The real S3 server's refusals (wrong keys, a key that may only read, no such bucket) and
     a Secret the namespace lacks (the kubelet's CreateContainerConfigError), each named."""
-    e2e_only(request)
     journeys.s3_refusals(pod_platform, "s3-refused", on_pods=True)
 
 
-def test_suspend_resume_and_delete_on_real_pods(pod_platform, request):
-    e2e_only(request)
+@pytest.mark.e2e_only
+def test_suspend_resume_and_delete_on_real_pods(pod_platform):
     journeys.test_side_by_side_suspend_resume_and_delete(pod_platform)
 
 
-def test_a_sweep_survives_the_head_on_real_pods(pod_platform, request):
+@pytest.mark.e2e_only
+def test_a_sweep_survives_the_head_on_real_pods(pod_platform):
     """The sweep's two rollout Pods tolerate the GPU taint: the head asks a CPU per trial's driver
     (two), all the CPU node has."""
-    e2e_only(request)
     adapt = pod_platform.adapt
     tolerant = {"rollouts": {"tolerations": [GPU_TOLERATION]}}
     pod_platform.adapt = lambda spec: journeys.merged(adapt(spec), tolerant)
@@ -236,11 +231,11 @@ EXAMPLE_OUTCOMES = {
 }
 
 
-def test_every_example_applied_on_real_pods_runs_or_says_why_not(pod_platform, request):
+@pytest.mark.e2e_only
+def test_every_example_applied_on_real_pods_runs_or_says_why_not(pod_platform):
     """``kubectl apply`` of each file in examples/ as a user would (S3 and the CPU image being
     this machine's): KubeRay makes its Pods, and the experiment either reaches its phase or names
     what these nodes lack, never a silent Provisioning."""
-    e2e_only(request)
     platform = pod_platform
     ns = "rl-examples"
     platform.credentials_secret(ns)

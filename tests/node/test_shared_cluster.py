@@ -188,12 +188,11 @@ def test_kueue_queues_and_preempts_without_losing_work(shared_platform, request)
     )
 
 
-def test_draining_the_heads_node_resumes_the_experiment(shared_platform, request):
+@pytest.mark.e2e_only
+def test_draining_the_heads_node_resumes_the_experiment(shared_platform):
     """``kubectl drain`` of the CPU node: the kubelet evicts the head (its hook has the checkpoint
     written), the scheduler places the new cluster's Pods on the other node (the GPU node; every
     group tolerates its taint here), the experiment resumes and Succeeds."""
-    if not e2e_requested(request.config):
-        pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
     platform = shared_platform
     spec = gpu_experiment(platform, iterations=30)
     spec["learners"] = {"replicas": 0}  # the head learns: it and one rollout fit on one node
@@ -223,13 +222,12 @@ def test_draining_the_heads_node_resumes_the_experiment(shared_platform, request
         plane.kubectl_run("uncordon", node, check=False)
 
 
-def test_every_pod_terminated_at_once_resumes_the_experiment(shared_platform, request):
+@pytest.mark.e2e_only
+def test_every_pod_terminated_at_once_resumes_the_experiment(shared_platform):
     """What a spot node's end does to its Pods, as near as one machine can show it: every Ray Pod
     of the experiment deleted at once (each gets its preStop hook, then SIGTERM, within the grace
     period). The real thing is the kubelet's graceful node shutdown (systemd-logind inhibitors),
     which this machine's kubelets do not run under."""
-    if not e2e_requested(request.config):
-        pytest.skip("on real Pods in make e2e (RLTRAINER_E2E=1)")
     platform = shared_platform
     platform.apply("spot", NS, gpu_experiment(platform, iterations=30))
     platform.wait(
