@@ -5,9 +5,8 @@ For tests and benchmarks: the real kopf runtime with the real handlers, logged i
 service account). The ``memo`` is shared, so a test can reach the reconciler
 (``runner.memo.reconciler``).
 
-Importing this module registers a kopf login handler that only acts for operators started
-here (it reads ``memo.kubeconfig``); a production ``kopf run -m rltrainer_operator`` never
-imports it.
+Its credentials reach kopf through the operator's own login handler (``handlers.login``: the
+client ``startup`` makes from ``memo.kubeconfig``), as in production.
 """
 
 from __future__ import annotations
@@ -16,35 +15,11 @@ import asyncio
 import dataclasses
 import threading
 from pathlib import Path
-from typing import Any
 
 import kopf
-import kubernetes
 
 import rltrainer_operator.handlers  # noqa: F401 - registers the handlers
 from rltrainer_operator.settings import Settings
-
-
-@kopf.on.login()
-def login_for_tests(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
-    """The runner's own credentials; None (kopf's other login handlers) for a production operator."""
-    return connection_info(memo.kubeconfig) if memo.get("kubeconfig") else None
-
-
-def connection_info(kubeconfig: str) -> kopf.ConnectionInfo:
-    """kopf's credentials from a kubeconfig file (client certificate or bearer token)."""
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    header = configuration.get_api_key_with_prefix("BearerToken") or ""  # "Bearer <token>"
-    scheme, _, token = header.partition(" ")
-    return kopf.ConnectionInfo(
-        server=configuration.host,
-        ca_path=configuration.ssl_ca_cert,
-        certificate_path=configuration.cert_file,
-        private_key_path=configuration.key_file,
-        scheme=scheme or None,
-        token=token or None,
-    )
 
 
 class OperatorRunner:
