@@ -1,15 +1,21 @@
-"""The RLlib documents' command-line forms: ``train -f``, ``rollout``, ``--framework torch``,
-RLlib's train flags (mapped or refused in one line). In-process, tiny budgets."""
+"""The RLlib documents' command-line forms: ``train --run ALGO --env ENV`` for every algorithm
+with its defaults, ``train -f``, ``rollout``, ``--framework torch``, RLlib's train flags (mapped
+or refused in one line). In-process, tiny budgets."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 
 import pytest
 
 from rltrainer import cli_compat
+from rltrainer.algorithms.registry import ALGORITHMS, get_config_class
+from rltrainer.algorithms.resource_checks import ACTORS_PER_CORE
 from rltrainer.cli import build_parser, main
+from rltrainer.core.cluster import on_started_instance
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = '{"train_batch_size": 256, "minibatch_size": 64, "num_epochs": 1}'
@@ -80,6 +86,75 @@ def test_restore_continues_from_the_checkpoint(
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert f"resuming from {checkpoint}" in out and "iter=2 " in out and "iter=1 " not in out
+
+
+# --- every algorithm, as the documents write it, with its defaults ----------------------------
+#: The env the documents train each algorithm on: Pendulum for the continuous-action ones.
+PENDULUM = {"DDPG", "TD3", "APEX_DDPG", "SAC", "CQL"}
+#: What sizes one iteration, made small (Ape-X's lasts 30 s and 25k steps, ES's samples 1000
+#: episodes, IMPALA's and APPO's last 10 s); the resources (env runners, envs, CPUs, learners)
+#: stay the algorithm's defaults.
+SHORTER_ITERATION = {
+    "A2C": {"min_time_s_per_iteration": 0},
+    "A3C": {"min_time_s_per_iteration": 0},
+    "APEX": {"min_time_s_per_iteration": 0, "min_sample_timesteps_per_iteration": 1000},
+    "APEX_DDPG": {"min_time_s_per_iteration": 0, "min_sample_timesteps_per_iteration": 1000},
+    "APPO": {"min_time_s_per_iteration": 0},
+    "ARS": {"num_rollouts": 8, "rollouts_used": 8},
+    "ES": {"episodes_per_batch": 20, "train_batch_size": 500},
+    "IMPALA": {"min_time_s_per_iteration": 0},
+}
+#: The cores of the laptop the documents' commands must run on.
+LAPTOP_CORES = 2
+
+
+@pytest.fixture(scope="module")
+def own_ray_instance() -> object:
+    """The commands start Ray as a user's would (rltrainer's own local instance): the first one
+    that needs actors starts it and the others run on it, so their defaults are fitted to the
+    machine too. Shut down after the module."""
+    import ray
+
+    if ray.is_initialized():  # another module's connection: these commands start their own
+        ray.shutdown()
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+def test_the_documents_command_trains_every_algorithm_with_its_defaults_on_a_laptop(
+    algorithm: str,
+    own_ray_instance: object,  # noqa: ARG001
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """``rltrainer train --run ALGO --env ENV``, as RLlib's documents write it, trains one
+    iteration on 2 cores: a default runner count the machine cannot hold (Ape-X's 32, ES's 10) is
+    lowered to what it holds, in one logged line; nothing else is changed or refused."""
+    monkeypatch.setattr(os, "cpu_count", lambda: LAPTOP_CORES)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a laptop's shell: no cluster
+    env = "Pendulum-v1" if algorithm in PENDULUM else "CartPole-v1"
+    argv = ["train", "--run", algorithm, "--env", env, "--stop", ONE_ITERATION, "--local-dir", str(tmp_path)]
+    if algorithm in SHORTER_ITERATION:
+        argv += ["--config", json.dumps(SHORTER_ITERATION[algorithm])]
+    with caplog.at_level(logging.WARNING, logger="rltrainer.algorithms.resource_checks"):
+        code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    assert "stopped: training_iteration reached 1" in out
+    default = get_config_class(algorithm)().num_env_runners
+    fitted = min(default, ACTORS_PER_CORE * LAPTOP_CORES)
+    if default:  # its actors ran on the local instance rltrainer started (the first such command's)
+        assert on_started_instance()
+    (params,) = tmp_path.glob("*/*/params.json")
+    assert json.loads(params.read_text())["num_env_runners"] == fitted
+    lowered = [
+        record.getMessage() for record in caplog.records if "num_env_runners lowered" in record.getMessage()
+    ]
+    expected = [f"num_env_runners lowered from {default} ({algorithm}'s default) to {fitted}"]
+    assert [line.split(":")[0] for line in lowered] == (expected if fitted < default else [])
 
 
 # name: (argv after the common train flags, words of the one error line)

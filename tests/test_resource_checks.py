@@ -5,12 +5,10 @@ to what it holds, in one logged line."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -113,35 +111,6 @@ def test_a_default_that_fits_and_other_requests_are_kept(monkeypatch: pytest.Mon
     es.env_runners(num_cpus_per_env_runner=2).learners(num_learners=1)
     fit_env_runners(es)
     assert es.num_env_runners == 3  # (8 - 1 learner CPU) // 2
-
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-#: What sizes one iteration, made small (ES's samples 1000 episodes, Ape-X's lasts 30 s and 25k
-#: steps); the resources stay the defaults.
-SHORTER_ITERATION = {
-    "ES": {"episodes_per_batch": 20, "train_batch_size": 500},
-    "APEX_DDPG": {"min_time_s_per_iteration": 0, "min_sample_timesteps_per_iteration": 1000},
-}
-
-
-@pytest.mark.parametrize(("algorithm", "env"), [("ES", "CartPole-v1"), ("APEX_DDPG", "Pendulum-v1")])
-def test_the_documents_commands_train_with_their_defaults(algorithm: str, env: str, tmp_path: Path) -> None:
-    """``rltrainer train --run ALGO --env ENV``, as RLlib's documents write it, trains one iteration
-    on this machine: a default runner count it cannot hold is lowered, saying so."""
-    shorter = ["--config", json.dumps(SHORTER_ITERATION[algorithm])]
-    done = subprocess.run(
-        [sys.executable, "-m", "rltrainer", "train", "--run", algorithm, "--env", env, *shorter,
-         "--stop", '{"training_iteration": 1}', "--local-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-        env={key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "stopped: training_iteration reached 1" in done.stdout
-    default = get_algorithm_class(algorithm).config_class().num_env_runners
-    if default > ACTORS_PER_CORE * (os.cpu_count() or 1):
-        assert f"num_env_runners lowered from {default} ({algorithm}'s default)" in done.stderr
 
 
 def test_build_refuses_them_without_waiting() -> None:

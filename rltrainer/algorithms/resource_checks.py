@@ -8,8 +8,9 @@ actors that cannot fit, and on an existing cluster the placement group's timeout
 (``placement_timeout_s``) ends the wait with the same account of what was asked.
 
 Only what the user asked for is refused. An algorithm's default env-runner count is RLlib's,
-sized for a cluster (Ape-X's 32, ES's 10): on a machine rltrainer starts Ray on, a default that
-does not fit is lowered to what fits, with one logged line saying so and how to keep it.
+sized for a cluster (Ape-X's 32, ES's 10): on a machine rltrainer starts Ray on (also for a later
+algorithm of the same process, on the instance it started), a default that does not fit is
+lowered to what fits, with one logged line saying so and how to keep it.
 """
 
 from __future__ import annotations
@@ -18,18 +19,26 @@ import logging
 import os
 from typing import Any
 
-from rltrainer.core.cluster import Placement, actor_bundles, env_runner_bundle, init_ray, needs_ray, reserve
+from rltrainer.core.cluster import (
+    ACTORS_PER_CORE,
+    Placement,
+    actor_bundles,
+    env_runner_bundle,
+    init_ray,
+    needs_ray,
+    on_started_instance,
+    reserve,
+)
 from rltrainer.errors import ConfigError, ResourceError
 
 logger = logging.getLogger(__name__)
 
-#: Logical CPUs per core of a local Ray instance rltrainer starts (``init_ray``): env runners
-#: mostly wait on each other and the learner, so two share a core well (as RLlib's examples do).
-ACTORS_PER_CORE = 2
-
 
 def starts_own_ray() -> bool:
-    """Whether ``init_ray`` would start a new local Ray instance (no connection, no ``RAY_ADDRESS``)."""
+    """Whether the actors run on a local Ray instance rltrainer starts: ``init_ray`` would start
+    one (no connection, no ``RAY_ADDRESS``), or started the one connected, in this process."""
+    if on_started_instance():
+        return True
     if os.environ.get("RAY_ADDRESS"):
         return False
     import sys

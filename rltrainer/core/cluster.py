@@ -24,6 +24,13 @@ logger = logging.getLogger(__name__)
 
 Bundle = dict[str, float]
 
+#: Logical CPUs per core of a local Ray instance rltrainer starts (``init_ray``): env runners
+#: mostly wait on each other and the learner, so two share a core well (as RLlib's examples do).
+ACTORS_PER_CORE = 2
+
+#: The GCS address of the local instance ``init_ray`` started in this process (None: none yet).
+_started_address: str | None = None
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -129,10 +136,11 @@ REMOTE_ENVS_WITHOUT_TASKS = (
 def init_ray(config: Any) -> None:
     """Connect to Ray unless connected: ``RAY_ADDRESS`` if set, else a local instance.
 
-    A local instance gets twice the CPUs the algorithm's actors ask for (at least the
-    machine's cores), so a laptop can run e.g. 4 env runners on 2 cores (oversubscribed, as
-    RLlib's examples do) and a second algorithm of the same size can start beside the first
-    (e.g. one restored from the other's checkpoint while it is alive).
+    A local instance gets twice the CPUs the algorithm's actors ask for (at least
+    ``ACTORS_PER_CORE`` per core), so a laptop can run e.g. 4 env runners on 2 cores
+    (oversubscribed, as RLlib's examples do), a second algorithm of the same size can start
+    beside the first (e.g. one restored from the other's checkpoint while it is alive), and a
+    later one of this process whose defaults were fitted to the machine fits it.
     """
     import ray
 
@@ -149,13 +157,26 @@ def init_ray(config: Any) -> None:
     cpus, gpus = totals.pop("CPU", 0.0), totals.pop("GPU", 0.0)
     ray.init(
         address="local",  # a new instance: without it Ray would attach to any cluster on this machine
-        num_cpus=max(os.cpu_count() or 1, 2 * int(-(-cpus // 1))),
+        num_cpus=max(ACTORS_PER_CORE * (os.cpu_count() or 1), 2 * int(-(-cpus // 1))),
         num_gpus=int(-(-gpus // 1)) if gpus else None,
         resources={key: 2 * value for key, value in totals.items()} or None,
         include_dashboard=False,
         log_to_driver=True,
     )
+    global _started_address
+    _started_address = ray.get_runtime_context().gcs_address
     logger.info("started a local Ray instance for %s", bundles)
+
+
+def on_started_instance() -> bool:
+    """Whether Ray is connected to the local instance ``init_ray`` started in this process (a
+    second algorithm built after the first, e.g. in a notebook, runs on it too)."""
+    import sys
+
+    ray = sys.modules.get("ray")  # not imported: not connected
+    if ray is None or not ray.is_initialized() or _started_address is None:
+        return False
+    return ray.get_runtime_context().gcs_address == _started_address
 
 
 def reserve(config: Any, in_trial: bool = False) -> Placement:
