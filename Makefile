@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean crds images base-image e2e system-deps docs parts kuberay coredns seaweedfs kueue
+.PHONY: install demo test lint bench clean crds images base-image e2e system-deps docs parts kuberay coredns seaweedfs kueue kwok
 
 install: $(STAMP)
 
@@ -33,12 +33,13 @@ system-deps:
 # The platform's real components beside the control plane, each built from its Go module at the
 # version operator/rltrainer_operator/testing/parts.toml pins (module hash and build info checked)
 # into ~/.cache/rltrainer-parts: KubeRay's operator, CoreDNS (the nodes' cluster DNS), SeaweedFS
-# (the S3 server, ~10 minutes cold, 233 MB) and Kueue (the shared clusters' queues). A cold
-# build takes minutes on 2 cores, a built one is re-checked in about a second. `make parts`
-# without `go` says so and succeeds (the tests that need them skip, saying why).
+# (the S3 server, ~10 minutes cold, 233 MB), Kueue (the shared clusters' queues) and KWOK (nodes
+# without kubelets, for the scale check and bench.operator_scale). A cold build takes minutes on 2
+# cores, a built one is re-checked in about a second. `make parts` without `go` says so and
+# succeeds (the tests that need them skip, saying why).
 PARTS := $(PYTHON) operator/rltrainer_operator/testing/parts.py
 parts:
-	$(PARTS) build --if-go kuberay coredns seaweedfs kueue
+	$(PARTS) build --if-go kuberay coredns seaweedfs kueue kwok
 kuberay:
 	$(PARTS) build kuberay
 coredns:
@@ -47,6 +48,8 @@ seaweedfs:
 	$(PARTS) build seaweedfs
 kueue:
 	$(PARTS) build kueue
+kwok:
+	$(PARTS) build kwok
 
 DEMO_DIR := .demo_results
 

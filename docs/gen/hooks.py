@@ -58,6 +58,7 @@ PART_ROLES = {
     "seaweedfs": "the S3 server (its S3 gateway, identities with their own keys and bucket rights)",
     "kuberay-below-floor": "its CRDs only: the operator must refuse to start on them",
     "kueue": "the queues of a shared cluster: admits a RayCluster as one workload, suspends and preempts it",
+    "kwok": "nodes without kubelets (the scale check, `bench.operator_scale`): Pods bound there turn Ready",
 }
 
 
