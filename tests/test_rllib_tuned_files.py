@@ -193,11 +193,15 @@ def test_the_flag_takes_only_torch(framework: str, tmp_path: Path, capsys) -> No
             {"replay_buffer_config": {"underlying_buffer_config": {"type": "ReplayBuffer"}}},
             "set its type, capacity, alpha and beta there",
         ),
+        ("DQN", {"replay_buffer_config": {"type": "SegmentTreeBuffer"}}, "unknown replay_buffer_config type"),
+        ("DQN", {"replay_buffer_config": {"type": "ReservoirReplayBuffer"}}, "(reservoir sampling)"),
         (
-            "DQN",
-            {"replay_buffer_config": {"type": "ReservoirReplayBuffer"}},
-            "unknown replay_buffer_config type",
+            "SAC",
+            {"replay_buffer_config": {"type": "ray.rllib.utils.replay_buffers.MultiAgentMixInReplayBuffer"}},
+            "IMPALA and APPO mix in replay with replay_proportion",
         ),
+        ("DDPG", {"replay_buffer_config": {"type": "FifoReplayBuffer"}}, "hands each added batch back once"),
+        ("DQN", {"replay_buffer_config": {"replay_ratio": 0.66}}, "drawn from the buffer only"),
         ("SAC", {"worker_side_prioritization": True}, "TD errors from the driver's learner"),
         ("SAC", {"no_done_at_end": True}, "episodes end when the env ends them"),
         ("IMPALA", {"vtrace_drop_last_ts": True}, "bootstraps from the value of the next observation"),
@@ -255,7 +259,8 @@ def test_the_replay_buffer_classes_keys_set_what_they_name(caplog: pytest.LogCap
                 "replay_buffer_config": {
                     "type": "ray.rllib.utils.replay_buffers.MultiAgentPrioritizedReplayBuffer",
                     "min_size_for_sampling": 1000,  # RLlib 2.0-2.1's learning_starts
-                    "buffer_size": 20_000,
+                    "capacity_ts": 20_000,  # RLlib 2.x's DDPG and Ape-X DDPG defaults' name
+                    "replay_ratio": 1.0,  # MultiAgentMixInReplayBuffer's: replayed samples only
                     "storage_unit": "timesteps",
                     "replay_zero_init_states": False,
                     "num_shards": 2,

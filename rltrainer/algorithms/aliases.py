@@ -77,6 +77,8 @@ PATH_ALIASES: dict[str, str] = {
     # RLlib 2.0-2.1's name of learning_starts, a constructor argument of its replay buffers.
     "replay_buffer_config.min_size_for_sampling": "num_steps_sampled_before_learning_starts",
     "replay_buffer_config.buffer_size": "replay_buffer_config.capacity",
+    # RLlib 2.x's DDPG and Ape-X DDPG defaults gave the capacity under this name.
+    "replay_buffer_config.capacity_ts": "replay_buffer_config.capacity",
     # Settings rltrainer has one value of (DOCUMENTED_SETTINGS), checked under their flat name.
     "replay_buffer_config.replay_sequence_length": "replay_sequence_length",
     "replay_buffer_config.worker_side_prioritization": "worker_side_prioritization",
@@ -88,6 +90,7 @@ PATH_ALIASES: dict[str, str] = {
     "replay_buffer_config.replay_batch_size": "replay_batch_size",
     "replay_buffer_config.underlying_buffer_config": "underlying_buffer_config",
     "replay_buffer_config.batch_length_T": "batch_length_T",
+    "replay_buffer_config.replay_ratio": "replay_ratio",  # RLlib's MultiAgentMixInReplayBuffer
     "optimizer.num_replay_buffer_shards": "num_replay_buffer_shards",
     "optimizer.max_weight_sync_delay": "max_weight_sync_delay",
     # RLlib 1.x: PPO's top-level switch, later the model's.
@@ -218,6 +221,11 @@ DOCUMENTED_SETTINGS: dict[str, tuple[Any, str]] = {
     "replay_mode": (
         "independent",
         "each policy samples its own replay buffer (RLlib's independent); lockstep replay is not built",
+    ),
+    "replay_ratio": (
+        AnyOf((1.0, 1)),
+        "replayed batches are drawn from the buffer only (RLlib's MixIn buffer with replay_ratio=1.0); "
+        "for new samples mixed into each batch, IMPALA and APPO have replay_proportion",
     ),
     "replay_batch_size": (
         None,

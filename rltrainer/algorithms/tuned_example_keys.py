@@ -116,6 +116,7 @@ _REPLAY_2X = (
     "replay_buffer_config.beta",
     "replay_buffer_config.buffer_size",
     "replay_buffer_config.capacity",
+    "replay_buffer_config.capacity_ts",
     "replay_buffer_config.learning_starts",
     "replay_buffer_config.metrics_num_episodes_for_smoothing",
     "replay_buffer_config.min_size_for_sampling",
@@ -127,6 +128,7 @@ _REPLAY_2X = (
     "replay_buffer_config.replay_batch_size",
     "replay_buffer_config.replay_burn_in",
     "replay_buffer_config.replay_mode",
+    "replay_buffer_config.replay_ratio",
     "replay_buffer_config.replay_sequence_length",
     "replay_buffer_config.replay_sequence_override",
     "replay_buffer_config.replay_zero_init_states",
@@ -375,7 +377,12 @@ NOTES: dict[str, str] = {
     ),
     "replay_buffer_config.type": (
         "ReplayBuffer, PrioritizedReplayBuffer and RLlib's MultiAgent/Episode names of the same buffers "
-        "(also as `ray.rllib.utils.replay_buffers.` paths)"
+        "(also as `ray.rllib.utils.replay_buffers.` paths); RLlib's ReservoirReplayBuffer, "
+        "MultiAgentMixInReplayBuffer and FifoReplayBuffer are refused, each saying why"
+    ),
+    "replay_buffer_config.capacity_ts": (
+        "the name RLlib 2.x's DDPG and Ape-X DDPG defaults gave the capacity (RLlib's buffers did not "
+        "read it and kept their default capacity)"
     ),
     "replay_buffer_config.alpha": "RLlib's new-stack name, and rltrainer's",
     "replay_buffer_config.beta": "RLlib's new-stack name, and rltrainer's",

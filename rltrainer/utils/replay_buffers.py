@@ -333,6 +333,21 @@ _BUFFER_TYPES: dict[str, type[ReplayBuffer]] = {
     "MultiAgentEpisodeReplayBuffer": ReplayBuffer,
     "MultiAgentPrioritizedEpisodeReplayBuffer": PrioritizedReplayBuffer,
 }
+#: RLlib's buffers that sample otherwise than uniformly or by priority, and why each is refused.
+_REFUSED_TYPES: dict[str, str] = {
+    "ReservoirReplayBuffer": (
+        "it keeps a uniform sample of everything ever added (reservoir sampling), and rltrainer's "
+        "buffers overwrite the oldest transitions"
+    ),
+    "MultiAgentMixInReplayBuffer": (
+        "it mixes each new batch into the next replayed one (replay_ratio), and rltrainer's buffers "
+        "replay from the buffer only; IMPALA and APPO mix in replay with replay_proportion"
+    ),
+    "FifoReplayBuffer": (
+        "it hands each added batch back once, in order (no replay), and rltrainer's off-policy "
+        "algorithms sample from a replay buffer"
+    ),
+}
 #: RLlib's module of its buffers: ``ray.rllib.utils.replay_buffers[.<module>].<name>`` is ``<name>``.
 _RLLIB_MODULE = "ray.rllib.utils.replay_buffers."
 _CONFIG_KEYS = ("type", "capacity", "alpha", "beta", "eps")
@@ -348,7 +363,8 @@ def check_replay_buffer_config(
     ``"ReplayBuffer"``); ``capacity`` defaults to 50_000. RLlib's other keys of the dict are
     translated before (``rltrainer.algorithms.rllib_keys``). ``alpha``, ``beta`` and ``eps``
     configure a prioritized buffer and are ignored by a uniform one, so switching ``type``
-    alone works. Raises ``ValueError`` naming the bad key and what is allowed.
+    alone works. RLlib's buffers that sample otherwise (``_REFUSED_TYPES``) are refused saying
+    why. Raises ``ValueError`` naming the bad key and what is allowed.
     """
     unknown = sorted(set(replay_buffer_config) - set(_CONFIG_KEYS))
     if unknown:
@@ -360,6 +376,11 @@ def check_replay_buffer_config(
         cls = buffer_type
     elif isinstance(buffer_type, str) and buffer_type in _BUFFER_TYPES:
         cls = _BUFFER_TYPES[buffer_type]
+    elif isinstance(buffer_type, str) and buffer_type in _REFUSED_TYPES:
+        raise ValueError(
+            f"replay_buffer_config type {buffer_type!r} is not built: {_REFUSED_TYPES[buffer_type]}; "
+            f"allowed: {list(_BUFFER_TYPES)} or a ReplayBuffer subclass"
+        )
     else:
         raise ValueError(
             f"unknown replay_buffer_config type {buffer_type!r}; allowed: {list(_BUFFER_TYPES)} "
