@@ -35,13 +35,35 @@ def median(values: list[float]) -> float | None:
 VECTOR_ISAS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "avx")
 
 
-#: Environment variables capping the vector instructions: all three set to AVX2 make an
-#: AVX-512 machine compute as an AVX2-only one would (most cloud CPUs).
-ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+#: Environment variables capping the vector instructions: all of them set to AVX2 make an
+#: AVX-512 machine compute as an AVX2-only one would (most cloud CPUs): torch's matrix products
+#: (MKL), convolutions (oneDNN) and own kernels (ATen); numpy's and SciPy's BLAS (OpenBLAS,
+#: which the numpy policies of the env runners use: TD3's actor, ES's and ARS's policies), numpy's
+#: own kernels (ufuncs dispatched by CPU feature), and numba's code (``rltrainer.core.compiled``).
+ISA_CAPS = (
+    "ONEDNN_MAX_CPU_ISA",
+    "ATEN_CPU_CAPABILITY",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OPENBLAS_CORETYPE",
+    "NPY_DISABLE_CPU_FEATURES",
+    "NUMBA_CPU_NAME",
+    "NUMBA_CPU_FEATURES",
+)
 
-#: Each cap's value per ``--cpu-caps`` choice, as each library spells it.
+#: Each cap's value per ``--cpu-caps`` choice, as each library spells it. numpy 2's dispatch
+#: targets above AVX2 are X86_V4, AVX512_ICL and AVX512_SPR (``__cpu_dispatch__``); numba takes
+#: the host's features unless NUMBA_CPU_FEATURES names some, so it is set too.
 CAP_VALUES = {
-    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    "avx2": {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+        "NUMBA_CPU_NAME": "haswell",
+        "NUMBA_CPU_FEATURES": "+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lzcnt,"
+        "+mmx,+movbe,+pclmul,+popcnt,+sahf,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave",
+    }
 }
 
 
@@ -53,6 +75,56 @@ def capped_env(caps: str | None) -> tuple[dict[str, str] | None, dict[str, str] 
         return None, None
     variables = CAP_VALUES[caps]
     return {**os.environ, **variables}, dict(variables)
+
+
+#: Run in a child process: the instruction sets its libraries' kernels then use.
+_KERNELS_SCRIPT = """
+import ctypes, glob, json, os
+import numpy, torch
+from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+found = {"torch": torch.backends.cpu.get_cpu_capability(),
+         "numpy": [t for t in __cpu_dispatch__ if __cpu_features__.get(t)][-1:] or ["baseline"]}
+for lib in glob.glob(os.path.dirname(numpy.__file__) + ".libs/*openblas*"):
+    for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename"):
+        corename = getattr(ctypes.CDLL(lib), name, None)
+        if corename is not None:
+            corename.restype = ctypes.c_char_p
+            found["openblas"] = corename().decode()
+            break
+try:
+    from numba.core import config
+    import llvmlite.binding as llvm
+    features = config.CPU_FEATURES
+    if features is None:
+        features = llvm.get_host_cpu_features().flatten()
+    found["numba"] = (config.CPU_NAME or llvm.get_host_cpu_name()) + (
+        " avx512f" if "+avx512f" in features else "")
+except ImportError:
+    pass
+found["numpy"] = found["numpy"][0]
+print(json.dumps(found))
+"""
+
+
+def kernels_in(env: dict[str, str] | None) -> dict[str, str]:
+    """The instruction sets torch (ATen's dispatch), numpy (its highest enabled dispatch
+    target), OpenBLAS (its core type) and numba (its target CPU) pick in a child process with
+    ``env``: what a benchmark's seeds compute with, checked rather than assumed."""
+    done = subprocess.run(
+        [sys.executable, "-c", _KERNELS_SCRIPT], capture_output=True, text=True, check=True, env=env
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def above_avx2(kernels: dict[str, str]) -> list[str]:
+    """The libraries in ``kernels_in``'s answer that use instructions beyond AVX2."""
+    beyond = {
+        "torch": kernels["torch"] not in ("AVX2", "DEFAULT"),
+        "numpy": kernels["numpy"] in ("X86_V4", "AVX512_ICL", "AVX512_SPR"),
+        "openblas": kernels.get("openblas", "Haswell") not in ("Haswell", "Zen", "Sandybridge", "Prescott"),
+        "numba": "avx512f" in kernels.get("numba", ""),
+    }
+    return [library for library, above in beyond.items() if above]
 
 
 def machine() -> dict[str, Any]:

@@ -10,10 +10,11 @@ The config comes from the tuned example in ``tuned_examples/`` whose ``run`` and
 and so does the budget: its ``stop.timesteps_total`` (ES and ARS need 3M steps on CartPole,
 PPO 300k); ``--budget`` overrides it.
 
-``--cpu-caps avx2`` runs every seed's process with oneDNN, ATen and MKL capped at AVX2
-(``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``): an AVX-512
-machine then computes as an AVX2-only one would, float results included. The JSON line
-records the variables set as ``cpu_caps``.
+``--cpu-caps avx2`` runs every seed's process with torch's kernels (oneDNN, ATen, MKL),
+numpy's (its own and OpenBLAS) and numba's capped at AVX2 (``bench.common.CAP_VALUES``): an
+AVX-512 machine then computes as an AVX2-only one would, float results included. The
+instruction sets a seed's process then uses are checked in a child process first and recorded
+in the JSON line as ``kernels``, the variables set as ``cpu_caps``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ import json
 import sys
 from typing import Any
 
-from bench.common import CAP_VALUES, capped_env, find_tuned_example, run_seed, summarize_seeds
+from bench.common import (
+    CAP_VALUES,
+    above_avx2,
+    capped_env,
+    find_tuned_example,
+    kernels_in,
+    run_seed,
+    summarize_seeds,
+)
 
 #: BENCHMARKS.md's target per env, and the budget for a tuned example that sets none.
 TARGETS = {"CartPole-v1": (475.0, 300_000), "Pendulum-v1": (-200.0, 50_000)}
@@ -62,10 +71,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"no default target/budget for {args.env}: pass --target and --budget")
     config = {**spec.get("config", {}), **json.loads(args.config)}
     child_env, caps = capped_env(args.cpu_caps)
+    kernels = kernels_in(child_env)
+    if caps and above_avx2(kernels):
+        raise SystemExit(f"--cpu-caps {args.cpu_caps} did not take: the seeds would compute with {kernels}")
     capped = f", kernels capped at {args.cpu_caps}" if caps else ""
     print(
         f"{args.algo} on {args.env}: target {target}, budget {budget} steps, config from {path.name}{capped}"
     )
+    print(f"  kernels in the seeds' processes: {kernels}")
 
     runs = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -87,7 +100,9 @@ def main(argv: list[str] | None = None) -> None:
             str(budget),
         ]
         runs.append(run_seed(command, seed, env=child_env))
-    summarize_seeds(runs, algo=args.algo, env=args.env, **({"cpu_caps": caps} if caps else {}))
+    summarize_seeds(
+        runs, algo=args.algo, env=args.env, kernels=kernels, **({"cpu_caps": caps} if caps else {})
+    )
 
 
 if __name__ == "__main__":
