@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import itertools
 import logging
 import os
 import random
@@ -25,7 +26,9 @@ from rltrainer_operator.builders.naming import EXPERIMENT_LABEL, MANAGED_BY
 from rltrainer_operator.kube import Kube, Refused, make_api_client, refused_delay
 from rltrainer_operator.metrics import Metrics
 from rltrainer_operator.models import GROUP, PLURAL, VERSION
+from rltrainer_operator.permissions import PermissionCheck, RefusedRetries, own_pod
 from rltrainer_operator.progress import progress_reader
+from rltrainer_operator.readiness import ReadinessServer
 from rltrainer_operator.reconciler import Event, Outcome, Reconciler
 from rltrainer_operator.settings import Settings
 
@@ -39,6 +42,23 @@ POLL_INTERVAL_S = Settings.from_env().poll_interval_s
 CRD_RETRY_MAX_S = 60
 #: The operator's exit status when the installed KubeRay is older than it supports.
 EXIT_KUBERAY_TOO_OLD = 3
+#: Seconds between kopf's tries of one of its own API calls that failed (a 403, a 5xx, no
+#: answer): doubling as client-go's reflectors do, then every ``API_RETRY_MAX_S``, never giving up.
+API_RETRY_DELAYS_S = (1, 2, 4, 8, 16)
+API_RETRY_MAX_S = 30
+
+
+class RetryForever:
+    """kopf's ``settings.networking.error_backoffs``: its own list and watch of RLExperiments and
+    RayClusters (and its patches) are tried again until they go through. kopf's default gives up
+    after about a minute, and a list or watch that fails then ends the operator: a Pod restarting
+    in a loop for an RBAC rule removed (403), the cause only in its log. kopf logs the tries
+    (``Request attempt #N failed; will retry: ...``, a refused one once a minute:
+    ``permissions.RefusedRetries``); ``permissions.PermissionCheck`` says why. kopf iterates this
+    anew for each call; a watch's tries start again after ``watching.inactivity_timeout``."""
+
+    def __iter__(self) -> itertools.chain[float]:
+        return itertools.chain(API_RETRY_DELAYS_S, itertools.repeat(API_RETRY_MAX_S))
 
 
 @kopf.on.startup()
@@ -84,9 +104,23 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
     settings.watching.server_timeout = random.randint(300, 600)
     settings.watching.client_timeout = settings.watching.server_timeout + 60
     settings.watching.inactivity_timeout = operator_settings.watch_stall_timeout_s
+    settings.networking.error_backoffs = RetryForever()
+    # kopf's line for each try of its refused list or watch (logged by its watching module): once
+    # a minute; the permission check below says why.
+    watching = logging.getLogger("kopf._cogs.clients.watching")
+    if not any(isinstance(each, RefusedRetries) for each in watching.filters):
+        watching.addFilter(RefusedRetries())
     memo.settings = operator_settings
     memo.metrics = Metrics()
     memo.metrics.serve(operator_settings.metrics_port, operator_settings.metrics_host)
+    # What the operator may do, asked now and every minute: a missing rule is said (a log line,
+    # an event on its Pod) and makes it not ready; it stays up and carries on once it is back.
+    namespaces = operator_settings.namespaces(clusterwide=settings.peering.clusterwide)
+    memo.permissions = PermissionCheck(Kube(memo.api_client), namespaces, own_pod())
+    memo.permissions.check()
+    memo.permissions.start()
+    if operator_settings.readiness_port:
+        memo.readiness = ReadinessServer(operator_settings.readiness_port, lambda: memo.permissions.problem)
     memo.reconciler = Reconciler(Kube(memo.api_client), operator_settings, progress_reader(operator_settings))
     memo.locks = defaultdict(threading.Lock)
     memo.written = {}  # uid -> the status this operator last wrote
@@ -95,7 +129,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
     # Startup may have stopped early (the CRDs were never installed): close what exists.
-    for name in ("metrics", "api_client"):
+    for name in ("readiness", "permissions", "metrics", "api_client"):
         if memo.get(name) is not None:
             memo[name].close()
 

@@ -6,9 +6,9 @@ PyPI) and translates the API's answers into what the reconciler needs: 404 on ge
 other failure is a ``kopf.TemporaryError`` so kopf retries later: a refusal (403: an RBAC rule
 missing; 401: the operator's credentials no longer accepted) is a ``Refused`` one whose message
 says whose request, what was refused and what to do. Patches to custom resources
-are JSON merge patches (custom resources support no strategic merge). The core API serves one
-call: creating each experiment's Ray token Secret (the operator may create Secrets, never read
-them).
+are JSON merge patches (custom resources support no strategic merge). The core API serves
+creating each experiment's Ray token Secret (the operator may create Secrets, never read them)
+and the Events on the operator's own Pod; SelfSubjectAccessReviews tell what the operator may do.
 """
 
 from __future__ import annotations
@@ -197,7 +197,8 @@ KUBERAY_FLOOR_FIELD = ("spec", "authOptions", "secretName")
 
 
 class Kube:
-    """RayClusters and RLExperiments, with idempotent create/delete; Secrets, create only."""
+    """RayClusters and RLExperiments, with idempotent create/delete; Secrets and Events, create
+    only; the operator's own permissions."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         self.api_client = api_client
@@ -237,6 +238,45 @@ class Kube:
             private_key_path=config.key_file,
             **fields,
         )
+
+    # --- the operator's own permissions and Pod ------------------------------------------------
+    def identity(self) -> str:
+        """Whose requests these are (``system:serviceaccount:ns:name``); "" when the client's
+        credentials name no one (a client certificate)."""
+        return _token_subject(self.api_client.configuration)
+
+    def allowed(self, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+        """Whether the API server lets this client ``verb`` the ``resource`` (``plural`` or
+        ``plural/subresource``) of API ``group`` in ``namespace`` (None: in every namespace): a
+        SelfSubjectAccessReview (``authorization.k8s.io/v1``), which every identity may create
+        (the default ClusterRole ``system:basic-user``)."""
+        plural, _, subresource = resource.partition("/")
+        review = kubernetes.client.V1SelfSubjectAccessReview(
+            spec=kubernetes.client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=kubernetes.client.V1ResourceAttributes(
+                    verb=verb,
+                    group=group,
+                    resource=plural,
+                    subresource=subresource or None,
+                    namespace=namespace,
+                )
+            )
+        )
+        try:
+            answer = kubernetes.client.AuthorizationV1Api(self.api_client).create_self_subject_access_review(
+                review, _request_timeout=10
+            )
+        except (ApiException, *TRANSPORT_ERRORS) as err:
+            raise _temporary("review the operator's permissions", err) from None
+        return bool(answer.status.allowed)
+
+    def create_event(self, body: dict[str, Any]) -> None:
+        """Post an Event (``builders.event``) in its namespace."""
+        namespace = body["metadata"]["namespace"]
+        try:
+            self.core.create_namespaced_event(namespace, body, _request_timeout=10)
+        except (ApiException, *TRANSPORT_ERRORS) as err:
+            raise _temporary(f"create an Event in namespace {namespace}", err) from None
 
     def missing_resources(self) -> list[str]:
         """The required resources the API server does not serve (a CRD not installed), each as

@@ -15,7 +15,8 @@ The leader stops acting before anyone else may start: when a renewal fails past 
 elector exits, so the Pod restarts as a follower. When the operator child ends by itself, the
 elector releases the Lease (the standby takes over in about one retry period, 2 s) and exits with
 the child's status. A follower answers the liveness probe on the operator's ``--liveness`` address
-until it leads; then the operator answers it.
+and the readiness probe on its ``RLTRAINER_OPERATOR_READINESS_PORT`` until it leads; then the
+operator answers them.
 
     python -m rltrainer_operator.leader_election -- kopf run --standalone -m rltrainer_operator.handlers ...
 
@@ -59,8 +60,10 @@ DEFAULT_LEASE = "rltrainer-operator"
 
 
 class _Health(BaseHTTPRequestHandler):
+    """A follower is alive (``/healthz``) and ready (``/readyz``) to take over."""
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.send_response(200 if self.path.startswith("/healthz") else 404)
+        self.send_response(200 if self.path.startswith(("/healthz", "/readyz")) else 404)
         self.end_headers()
 
     def log_message(self, *args: Any) -> None:
@@ -78,6 +81,12 @@ def liveness_address(command: list[str]) -> tuple[str, int] | None:
     return None
 
 
+def readiness_address() -> tuple[str, int] | None:
+    """Where the operator serves ``/readyz`` (``Settings.readiness_port``), if it does."""
+    port = os.environ.get("RLTRAINER_OPERATOR_READINESS_PORT", "0")
+    return ("", int(port)) if port.isdigit() and int(port) else None
+
+
 class Candidate:
     """One replica: follows until it holds the Lease, then runs ``command`` while it holds it."""
 
@@ -86,21 +95,21 @@ class Candidate:
         self.lease, self.namespace, self.identity = lease, namespace, identity
         self.child: subprocess.Popen | None = None
         self.exit_code = 1
-        self._health: ThreadingHTTPServer | None = None
+        self._health: list[ThreadingHTTPServer] = []
 
-    # --- the follower's liveness -----------------------------------------------------------------
+    # --- the follower's liveness and readiness ---------------------------------------------------
     def serve_health(self) -> None:
-        address = liveness_address(self.command)
-        if address is None:
-            return
-        self._health = ThreadingHTTPServer(address, _Health)
-        threading.Thread(target=self._health.serve_forever, daemon=True).start()
+        for address in (liveness_address(self.command), readiness_address()):
+            if address is not None:
+                server = ThreadingHTTPServer(address, _Health)
+                threading.Thread(target=server.serve_forever, daemon=True).start()
+                self._health.append(server)
 
     def stop_health(self) -> None:
-        if self._health is not None:
-            self._health.shutdown()
-            self._health.server_close()  # the operator's own endpoint takes the port
-            self._health = None
+        for server in self._health:
+            server.shutdown()
+            server.server_close()  # the operator's own endpoints take the ports
+        self._health = []
 
     # --- leading ----------------------------------------------------------------------------------
     def lead(self) -> None:

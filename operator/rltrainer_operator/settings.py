@@ -33,6 +33,12 @@ class Settings:
     """A watch (of experiments, of RayClusters) that delivers nothing for this long, not even the
     bookmark the API server sends about once a minute, counts as stalled: it is dropped and opened
     again (a half-open connection after a network fault would otherwise hang it forever)."""
+    watch_namespaces: str = ""
+    """The namespaces kopf watches (its ``--namespace`` arguments), comma-separated; empty with
+    ``--all-namespaces``. The operator checks its permissions there (``permissions.py``)."""
+    readiness_port: int = 0
+    """``/readyz`` on this port, every interface (0: off): 503 while the operator lacks an RBAC
+    permission it needs, so the Pod shows not ready."""
     metrics_port: int = 8081
     """Prometheus metrics on this port (0: off). Liveness is kopf's ``--liveness`` endpoint."""
     metrics_host: str = "127.0.0.1"
@@ -65,6 +71,12 @@ class Settings:
             except ValueError:
                 raise ValueError(f"{name}={environ[name]!r} is not a valid {kind.__name__}") from None
         return cls(**values)
+
+    def namespaces(self, clusterwide: bool) -> list[str] | None:
+        """The watched namespaces; None when kopf watches every namespace (``clusterwide``)."""
+        if clusterwide:
+            return None
+        return [name.strip() for name in self.watch_namespaces.split(",") if name.strip()]
 
     def s3_options(self, storage: Any) -> dict[str, str]:
         """rltrainer's ``storage_options`` for an experiment's ``spec.storage``: its endpoint

@@ -1,4 +1,6 @@
-"""The one table of Kubernetes API calls the operator makes, and so the RBAC it needs.
+"""The Kubernetes API calls the operator makes, and so the RBAC it needs: the operator's own table
+(``rltrainer_operator.permissions.API_CALLS``, which it also checks against the API server with
+SelfSubjectAccessReviews while it runs), so the chart and the operator cannot disagree.
 
 The chart's rules (``charts/rltrainer-operator/templates/_helpers.tpl``, ``rltrainer-operator.rules``)
 must grant exactly these, in every watched namespace or cluster-wide: ``test_chart.py`` checks
@@ -27,26 +29,25 @@ From the operator's design (``rltrainer_operator.kube`` and kopf ``--standalone`
 Nothing else: the operator never reads Secrets (pods get S3 credentials and the Ray token
 through ``secretKeyRef``), and it only lists Pods (never reads their logs or changes them).
 ``tests/operator/test_rbac.py`` records what the operator really requests through a whole life
-cycle and checks it against this table and the rendered chart.
+cycle and checks it against this table and the rendered chart. Its SelfSubjectAccessReviews need
+no rule of the chart's: the default ClusterRole ``system:basic-user`` lets everyone ask.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rltrainer_operator.permissions import API_CALLS, OWN_NAMESPACE_CALLS
+
 ROOT = Path(__file__).resolve().parents[2]
 
-#: (API group, resource) -> the verbs the operator uses on it.
-OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = {
-    ("rltrainer.io", "rlexperiments"): frozenset({"list", "watch", "patch", "delete"}),
-    ("rltrainer.io", "rlexperiments/status"): frozenset({"patch"}),
-    ("ray.io", "rayclusters"): frozenset({"get", "list", "watch", "create", "patch", "delete"}),
-    ("", "events"): frozenset({"create"}),
-    ("", "secrets"): frozenset({"create"}),
-    ("", "pods"): frozenset({"list"}),
-    ("kueue.x-k8s.io", "workloads"): frozenset({"list"}),
-    ("policy", "poddisruptionbudgets"): frozenset({"create"}),
-}
+#: (API group, resource) -> the verbs the operator uses on it, in every watched namespace.
+OPERATOR_API_CALLS: dict[tuple[str, str], frozenset[str]] = API_CALLS
+#: Events on the operator's own Pod, in the release namespace: granted there by a Role of their
+#: own when no watched namespace's Role (nor the ClusterRole) already does.
+OWN_NAMESPACE_API_CALLS: dict[tuple[str, str], frozenset[str]] = OWN_NAMESPACE_CALLS
+#: Asked by every identity, allowed by Kubernetes' default RBAC: not the chart's to grant.
+SELF_REVIEW = ("authorization.k8s.io", "selfsubjectaccessreviews", "create")
 
 #: The replicas' leader election (``rltrainer_operator.leader_election``), on one Lease in the
 #: release namespace only: read it, create it (the first replica), renew or take it over (an

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from rltrainer_operator.settings import PREFIX, Settings
-from tests.charts.expected_rbac import LEADER_ELECTION_CALLS, OPERATOR_API_CALLS
+from tests.charts.expected_rbac import LEADER_ELECTION_CALLS, OPERATOR_API_CALLS, OWN_NAMESPACE_API_CALLS
 from tests.charts.helpers import (
     CHART_DIR,
     CLUSTER,
@@ -111,13 +111,20 @@ def env_values(objects: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def expected_permissions(scopes: list[str], leader_election: bool = True) -> set[Permission]:
-    """The table's calls in each scope, and the Lease's in the release namespace."""
+    """The table's calls in each scope, the Lease's in the release namespace, and the events on
+    the operator's Pod there unless a scope covers it."""
     calls = {
         Permission(group, resource, verb, scope)
         for (group, resource), verbs in OPERATOR_API_CALLS.items()
         for verb in verbs
         for scope in scopes
     }
+    if CLUSTER not in scopes and NAMESPACE not in scopes:
+        calls |= {
+            Permission(group, resource, verb, NAMESPACE)
+            for (group, resource), verbs in OWN_NAMESPACE_API_CALLS.items()
+            for verb in verbs
+        }
     if leader_election:
         calls |= {
             Permission(group, resource, verb, NAMESPACE)
@@ -128,9 +135,11 @@ def expected_permissions(scopes: list[str], leader_election: bool = True) -> set
 
 
 def operator_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The Roles of the watched namespaces (not the leader election's)."""
+    """The Roles of the watched namespaces (not the leader election's, nor the own events')."""
     return [
-        role for role in of_kind(objects, "Role") if not role["metadata"]["name"].endswith("-leader-election")
+        role
+        for role in of_kind(objects, "Role")
+        if not role["metadata"]["name"].endswith(("-leader-election", "-events"))
     ]
 
 
@@ -245,6 +254,8 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace(
         arg for arg in container(objects)["args"] if arg.startswith(("--namespace", "--all-namespaces"))
     ]
     assert watched == [f"--namespace={ns}" for ns in namespaces]
+    # The same namespaces, where the operator checks its permissions.
+    assert Settings.from_env(env_values(objects)).namespaces(clusterwide=False) == namespaces
 
 
 def test_rbac_and_service_account_can_be_left_to_the_platform() -> None:
@@ -407,6 +418,19 @@ def test_liveness_probe_is_kopfs_endpoint() -> None:
     assert ports["healthz"] == 8080  # the image's --liveness=http://0.0.0.0:8080/healthz
 
 
+def test_readiness_probe_is_the_operators_endpoint() -> None:
+    """Not ready while the operator lacks a permission; it checks them where it watches."""
+    objects = render_objects()
+    probe = container(objects)["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/readyz", "port": "readyz"}
+    ports = {port["name"]: port["containerPort"] for port in container(objects)["ports"]}
+    settings = Settings.from_env(env_values(objects))
+    assert ports["readyz"] == settings.readiness_port == 8082
+    assert settings.namespaces(clusterwide=True) is None and settings.watch_namespaces == ""
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objects)["env"]}
+    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+
+
 def test_custom_image() -> None:
     objects = render_objects(CASES["custom-image"])
     assert container(objects)["image"] == "registry.example.com/ml/rltrainer-operator:0.1.0-rc1"
@@ -498,7 +522,7 @@ def test_metrics_off() -> None:
     objects = render_objects(CASES["metrics-off"])
     assert not of_kind(objects, "Service") and not of_kind(objects, "ServiceMonitor")
     assert env_values(objects)["RLTRAINER_OPERATOR_METRICS_PORT"] == "0"
-    assert [port["name"] for port in container(objects)["ports"]] == ["healthz"]
+    assert [port["name"] for port in container(objects)["ports"]] == ["healthz", "readyz"]
     with pytest.raises(helm_python.HelmRenderError, match="serviceMonitor.enabled needs metrics.enabled"):
         render({"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}})
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import urllib.request
 from typing import Any
 
 import kubernetes
@@ -27,7 +28,9 @@ from rltrainer_operator.leader_election import (
     LEASE_DURATION_S,
     RENEW_DEADLINE_S,
     RETRY_PERIOD_S,
+    Candidate,
 )
+from rltrainer_operator.readiness import ReadinessServer
 from rltrainer_operator.testing.envtest import free_port
 
 LEASE = "rltrainer-operator"
@@ -192,3 +195,20 @@ def test_a_replica_refused_the_lease_says_why_and_stays_up(kube, replicas, tmp_p
     time.sleep(2 * RETRY_PERIOD_S)  # retried, said once
     assert replica.process.poll() is None and not replica.operator_running()
     assert replica.log.read_text().count("cannot lead") == 1
+
+
+def test_a_follower_answers_the_pods_probes_until_it_leads(monkeypatch):
+    """Alive and ready to take over while it follows (a rollout waits for the new Pod to be ready);
+    leading, it frees both ports for the operator's own endpoints."""
+    liveness, readiness = free_port(), free_port()
+    monkeypatch.setenv("RLTRAINER_OPERATOR_READINESS_PORT", str(readiness))
+    command = ["kopf", "run", f"--liveness=http://127.0.0.1:{liveness}/healthz"]
+    candidate = Candidate(command, LEASE, "ns", "replica-a")
+    candidate.serve_health()
+    try:
+        for port, path in ((liveness, "/healthz"), (readiness, "/readyz")):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                assert answer.status == 200, path
+    finally:
+        candidate.stop_health()
+    ReadinessServer(readiness, lambda: None).close()  # the port is the operator's again

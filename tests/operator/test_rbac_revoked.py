@@ -9,13 +9,21 @@ ServiceAccount and RBAC (``test_rbac.install_rbac``) and the real kopf runtime.
   refused too) says so, on every try.
 - Its ServiceAccount deleted (its token refused, 401): one log line says so, the operator stays up
   and waits with backoff instead of stopping on kopf's ``LoginError``.
+- ``watch`` on RLExperiments refused, at startup or later (kopf's own watch then gets 403): the
+  operator's SelfSubjectAccessReviews name what is missing in one log line and a Warning event on
+  its Pod, ``/readyz`` answers 503, kopf retries its watch past its default nine tries instead of
+  ending the process; granted again, it reconciles the experiment made meanwhile, no restart.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 from unittest.mock import ANY
@@ -27,8 +35,15 @@ from test_handlers import CLUSTER, NAME, start, wait_phase
 from test_rbac import install_rbac
 from test_reconciler import Operator, condition, start_running
 
+import rltrainer_operator.handlers as handlers_module
 import rltrainer_operator.kube as kube_module
+import rltrainer_operator.permissions as permissions_module
+from rltrainer_operator.builders.event import MAX_MESSAGE, build_pod_event
+from rltrainer_operator.handlers import RetryForever
 from rltrainer_operator.kube import CredentialsRefused, PermissionDenied, refused, refused_delay
+from rltrainer_operator.permissions import API_CALLS, Access, describe, needed
+from rltrainer_operator.settings import Settings
+from rltrainer_operator.testing.envtest import free_port
 
 
 # --- without an API server: the messages and the backoff ---------------------------------------
@@ -72,6 +87,64 @@ def test_a_401_says_the_credentials_are_refused():
 
 def test_refused_calls_back_off():
     assert [refused_delay(retry) for retry in range(6)] == [10, 20, 40, 80, 120, 120]
+
+
+def test_kopfs_own_calls_are_tried_again_forever():
+    backoffs = RetryForever()
+    assert list(itertools.islice(backoffs, 8)) == [1, 2, 4, 8, 16, 30, 30, 30]
+    assert list(itertools.islice(backoffs, 2)) == [1, 2]  # anew for each call
+
+
+def test_the_needed_calls_are_the_table_in_each_watched_namespace():
+    cluster_wide = needed(None, own_namespace="ops")
+    assert len(cluster_wide) == sum(len(verbs) for verbs in API_CALLS.values())
+    assert {access.namespace for access in cluster_wide} == {None}
+    assert Access("watch", "rltrainer.io", "rlexperiments", None) in cluster_wide
+    namespaced = needed(["ml", "rl"], own_namespace="ops")
+    assert {access.namespace for access in namespaced} == {"ml", "rl", "ops"}
+    assert [access for access in namespaced if access.namespace == "ops"] == [
+        Access("create", "", "events", "ops")
+    ]
+    assert "ops" not in {access.namespace for access in needed(["ops", "ml"], own_namespace="ops")[-1:]}
+    assert Settings(watch_namespaces="ml, rl").namespaces(clusterwide=False) == ["ml", "rl"]
+    assert Settings(watch_namespaces="ml").namespaces(clusterwide=True) is None
+
+
+def test_what_is_missing_is_one_line_naming_each_call_and_the_check():
+    user = "system:serviceaccount:ops:rlx"
+    missing = [
+        Access("watch", "rltrainer.io", "rlexperiments", "ml"),
+        Access("list", "ray.io", "rayclusters", "ml"),
+        Access("patch", "rltrainer.io", "rlexperiments/status", "rl"),
+        Access("create", "", "events", None),
+    ]
+    assert describe(missing, user) == (
+        f"the operator lacks RBAC permissions it needs: {user} may not watch "
+        "rlexperiments.rltrainer.io, list rayclusters.ray.io in namespace ml; patch "
+        "rlexperiments.rltrainer.io/status in namespace rl; create events cluster-wide; the operator "
+        "waits, not ready, and checks again every 10 s; the Helm chart's ClusterRole (or Role, when "
+        "it watches given namespaces) grants these: restore it (helm upgrade the release) and check "
+        f"with kubectl auth can-i watch rlexperiments.rltrainer.io -n ml --as={user}"
+    )
+    assert missing[2].can_i(user) == (
+        f"kubectl auth can-i patch rlexperiments.rltrainer.io --subresource=status -n rl --as={user}"
+    )
+    assert missing[3].can_i("") == "kubectl auth can-i create events --all-namespaces"
+
+
+def test_the_pod_event_names_the_pod_by_uid():
+    pod = {"name": "rlx-op-1", "namespace": "ops", "uid": "u-1"}
+    event = build_pod_event(pod, "Warning", "PermissionDenied", "x" * 2000)
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "rlx-op-1",
+        "namespace": "ops",
+        "uid": "u-1",
+    }
+    assert event["metadata"] == {"generateName": "rlx-op-1.", "namespace": "ops"}
+    assert len(event["message"]) == MAX_MESSAGE and event["message"].endswith("...")
+    assert (event["type"], event["reason"], event["count"]) == ("Warning", "PermissionDenied", 1)
 
 
 def test_ready_says_a_refusal_until_a_reconcile_goes_through(kube, kuberay, monkeypatch):
@@ -294,3 +367,104 @@ def test_a_revoked_token_is_one_log_line_a_try_and_the_operator_stays_up(kube, o
         assert 1 <= len(answered) <= 8, [(e["userAgent"], e["requestURI"]) for e in answered]
     finally:
         runner.stop()
+
+
+# --- kopf's own watch refused ------------------------------------------------------------------
+def readyz(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def pod_events(kube: Any, namespace: str, pod: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the events on the Pod ``pod``, oldest first."""
+    items = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items
+    items.sort(key=lambda e: int(e.metadata.resource_version))
+    return [(e.type, e.reason, e.message) for e in items]
+
+
+def kopf_lines(caplog: Any) -> list[str]:
+    """kopf's log lines of its own refused watch of RLExperiments."""
+    return [
+        message
+        for message in (r.getMessage() for r in caplog.records)
+        if message.startswith("Request attempt #")
+        and "/rlexperiments?" in message
+        and "watch=true" in message
+        and "APIForbiddenError" in message
+    ]
+
+
+@pytest.mark.parametrize("when", ["at startup", "while running"])
+def test_a_refused_watch_is_said_the_operator_stays_up_not_ready_and_carries_on(
+    kube, operator_account, monkeypatch, caplog, when
+):
+    operator_ns, account, user, role = operator_account
+    monkeypatch.setattr(permissions_module, "RECHECK_MISSING_S", 1)
+    monkeypatch.setattr(permissions_module, "CHECK_INTERVAL_S", 1)
+    # kopf's tries of its watch every 0.5 s (30 s in production): past its default 9 in seconds.
+    monkeypatch.setattr(handlers_module, "API_RETRY_DELAYS_S", ())
+    monkeypatch.setattr(handlers_module, "API_RETRY_MAX_S", 0.5)
+    pod = {
+        "name": f"{account}-5d8f-x2x",
+        "namespace": operator_ns,
+        "uid": "6f1c7a04-0000-4000-8000-000000000001",
+    }
+    for name, value in (("POD_NAME", pod["name"]), ("POD_NAMESPACE", operator_ns), ("POD_UID", pod["uid"])):
+        monkeypatch.setenv(name, value)
+    port = free_port()
+    # A watch silent for 2 s is opened again: kopf meets the refusal at once, not in 5-10 min.
+    settings = dataclasses.replace(
+        Settings.from_env(), metrics_port=0, readiness_port=port, watch_stall_timeout_s=2
+    )
+    kubeconfig = str(kube.plane.service_account_kubeconfig(operator_ns, account))
+    said = (
+        f"the operator lacks RBAC permissions it needs: {user} may not watch rlexperiments.rltrainer.io "
+        f"in namespace {kube.ns}; the operator waits, not ready, and checks again every 1 s; the Helm "
+        "chart's ClusterRole (or Role, when it watches given namespaces) grants these: restore it "
+        f"(helm upgrade the release) and check with kubectl auth can-i watch rlexperiments.rltrainer.io "
+        f"-n {kube.ns} --as={user}"
+    )
+    runner = None
+    try:
+        if when == "while running":
+            runner = start(kube, kubeconfig=kubeconfig, settings=settings)
+            assert readyz(port) == (200, "ok")
+        since = time.time()
+        with revoked(kube, role, ("rltrainer.io", "rlexperiments", "watch")):
+            if runner is None:
+                runner = start(kube, kubeconfig=kubeconfig, settings=settings)
+            logged = wait_for("the log line", lambda: [r for r in caplog.records if r.getMessage() == said])
+            assert logged[0].levelname == "ERROR" and logged[0].name == "rltrainer_operator.permissions"
+            assert readyz(port) == (503, said)
+            wait_for("the Pod's event", lambda: pod_events(kube, operator_ns, pod["name"]))
+            assert pod_events(kube, operator_ns, pod["name"]) == [("Warning", "PermissionDenied", said)]
+
+            def tries() -> list[dict[str, Any]]:
+                return refused_requests(kube, user, since, verb="watch", resource="rlexperiments")
+
+            wait_for("kopf's refused watch", tries)
+            apply(kube, experiment_manifest())  # kopf cannot see it: its watch is refused
+            wait_for("kopf's 10th try of its watch", lambda: len(tries()) >= 10)
+            assert runner._thread.is_alive() and runner._error is None  # past kopf's default 9 tries
+            assert len(kopf_lines(caplog)) == 1  # its line of each try: once a minute
+            assert (get_experiment(kube).get("status") or {}).get("phase") is None
+            assert readyz(port)[0] == 503
+            assert len([r for r in caplog.records if r.getMessage() == said]) == 1  # once a minute
+            granted = time.monotonic()
+        # The ClusterRole restored: the experiment made meanwhile is reconciled, no restart.
+        wait_phase(kube, "Provisioning", timeout_s=20)
+        reconciled_s = time.monotonic() - granted
+        wait_for("ready", lambda: readyz(port) == (200, "ok"), timeout_s=10)
+        wait_for("the Permitted event", lambda: len(pod_events(kube, operator_ns, pod["name"])) == 2)
+        assert pod_events(kube, operator_ns, pod["name"])[1] == (
+            "Normal",
+            "Permitted",
+            "the operator's RBAC grants every call it makes again: it carries on",
+        )
+    finally:
+        if runner is not None:
+            runner.stop()
+    assert reconciled_s < 5, reconciled_s

@@ -33,8 +33,11 @@ class OperatorRunner:
         settings: Settings | None = None,
         timeout_s: float = 30,
     ) -> None:
-        # Metrics off unless asked for: several runners may share a machine (and its ports).
-        settings = settings or dataclasses.replace(Settings.from_env(), metrics_port=0)
+        # Metrics and readiness off unless asked for: several runners may share a machine (and its
+        # ports).
+        settings = settings or dataclasses.replace(Settings.from_env(), metrics_port=0, readiness_port=0)
+        # The namespaces it watches, as the chart tells the operator's Pod.
+        settings = dataclasses.replace(settings, watch_namespaces=",".join(namespaces or ()))
         self.memo = kopf.Memo(kubeconfig=str(kubeconfig), settings=settings)
         self.namespaces = namespaces
         self.timeout_s = timeout_s
