@@ -31,7 +31,10 @@ def main() -> None:
     parser.add_argument("--env", required=True)
     parser.add_argument("--config", required=True, help="flat JSON config")
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--target", type=float, required=True)
+    parser.add_argument("--target", type=float, required=True, help="the final evaluation's")
+    parser.add_argument(
+        "--train-target", type=float, help="the training mean that stops the run; default: --target"
+    )
     parser.add_argument("--budget", type=int, required=True)
     parser.add_argument("--eval-episodes", type=int, default=20)
     args = parser.parse_args()
@@ -46,10 +49,11 @@ def main() -> None:
             evaluation_duration_unit="episodes",
             evaluation_config={"explore": False},
         )
+        train_target = args.target if args.train_target is None else args.train_target
         algo = config.build()
         while True:
             result = algo.train()
-            solved = met_target(result, args.target)
+            solved = met_target(result, train_target)
             if solved or result["timesteps_total"] >= args.budget:
                 break
         stopped_at, cpu_s = time.time(), time.process_time()
