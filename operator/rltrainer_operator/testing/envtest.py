@@ -126,6 +126,11 @@ class Processes:
         self._procs[name] = proc
         return proc
 
+    def pid(self, name: str) -> int | None:
+        """The process id of ``name`` while it runs, else None."""
+        proc = self._procs.get(name)
+        return None if proc is None or proc.poll() is not None else proc.pid
+
     def exit_code(self, name: str) -> int | None:
         """The exit status of ``name`` when it has ended by itself, else None."""
         proc = self._procs.get(name)

@@ -3,7 +3,10 @@
 - ``FakeRayJobs``: Ray's job submission REST API (``/api/jobs/``) on 127.0.0.1, over jobs held
   in memory whose state the caller sets (``set``), with every submission and stop recorded;
   with a ``token`` it checks ``Authorization: Bearer`` as Ray's token authentication does
-  (401 without one, 403 with a wrong one).
+  (401 without one, 403 with a wrong one). One fake can stand in for many heads: a request
+  under ``/heads/<address>`` is a request to the head at ``address`` (recorded per job in
+  ``addresses``), and ``/progress/<namespace>/<name>`` answers what ``progress`` returns for an
+  experiment (the driver's ``progress.json``; see ``testing.sim_cluster``).
 - ``FakeKubeRay``: writes RayCluster status the way KubeRay v1.6 does (conditions, head service,
   dashboard endpoint); ``FakeKubeRay.run_in_background()`` marks every new cluster ready.
 
@@ -17,6 +20,7 @@ import datetime
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -39,6 +43,9 @@ class FakeRayJobs:
         self.token = token
         self.authorizations: list[str | None] = []  # each request's Authorization header
         self.rejected = 0  # requests answered 401/403
+        self.addresses: dict[str, str] = {}  # submission id -> the head address it was sent to
+        #: ``(namespace, name) -> progress.json's content or None`` for ``/progress/...``.
+        self.progress: Callable[[str, str], dict[str, Any] | None] | None = None
         self.lock = threading.Lock()
         fake = self
 
@@ -68,12 +75,24 @@ class FakeRayJobs:
                     self._answer(403, {"detail": "Forbidden: Invalid authentication token"})
                 return False
 
+            def _head_and_path(self) -> tuple[str, str]:
+                """The head a request under ``/heads/<address>`` is for ("" for none), and the rest."""
+                if not self.path.startswith("/heads/"):
+                    return "", self.path
+                _, _, address, rest = self.path.split("/", 3)
+                return address, "/" + rest
+
             def do_GET(self) -> None:  # noqa: N802
                 with fake.lock:
                     fake.requests += 1
+                _head, path = self._head_and_path()
+                if path.startswith("/progress/") and fake.progress is not None:
+                    _, _, namespace, name = path.rstrip("/").split("/", 3)
+                    found = fake.progress(namespace, name)
+                    return self._answer(200, found) if found is not None else self._answer(404, {})
                 if not self._authorized():
                     return
-                parts = self.path.rstrip("/").split("/")
+                parts = path.rstrip("/").split("/")
                 logs = parts[-1] == "logs"
                 job_id = parts[-2] if logs else parts[-1]
                 with fake.lock:
@@ -90,32 +109,43 @@ class FakeRayJobs:
                     fake.requests += 1
                 if not self._authorized():
                     return
-                with fake.lock:
-                    if self.path.rstrip("/") == "/api/jobs":
-                        sid = body["submission_id"]
-                        if sid in fake.jobs:
-                            return self._answer(
-                                400, {"detail": f"Job with submission_id {sid} already exists"}
-                            )
-                        fake.submissions.append(body)
-                        fake.jobs[sid] = {
-                            "status": "RUNNING",
-                            "message": "",
-                            "entrypoint": body["entrypoint"],
-                        }
-                        return self._answer(200, {"job_id": sid, "submission_id": sid})
-                    job_id = self.path.rstrip("/").split("/")[-2]
-                    if job_id not in fake.jobs:
-                        return self._answer(404, {"detail": "not found"})
-                    fake.stopped.append(job_id)
-                    if fake.jobs[job_id]["status"] in ("PENDING", "RUNNING"):
-                        fake.jobs[job_id]["status"] = "STOPPED"
-                    return self._answer(200, {"stopped": True})
+                head, path = self._head_and_path()
+                if path.rstrip("/") == "/api/jobs":
+                    self._answer(*fake._submit(head, body))
+                else:
+                    self._answer(*fake._stop(path.rstrip("/").split("/")[-2]))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def _submit(self, head: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``POST /api/jobs/`` to the head at ``head``: the job starts RUNNING."""
+        sid = body["submission_id"]
+        with self.lock:
+            if sid in self.jobs:
+                return 400, {"detail": f"Job with submission_id {sid} already exists"}
+            self.submissions.append(body)
+            self.addresses[sid] = head
+            self.jobs[sid] = {
+                "status": "RUNNING",
+                "message": "",
+                "entrypoint": body["entrypoint"],
+                "metadata": body.get("metadata") or {},
+                "start_time": int(time.time() * 1000),  # Ray's: milliseconds
+            }
+        return 200, {"job_id": sid, "submission_id": sid}
+
+    def _stop(self, job_id: str) -> tuple[int, dict[str, Any]]:
+        """``POST /api/jobs/<id>/stop``."""
+        with self.lock:
+            if job_id not in self.jobs:
+                return 404, {"detail": "not found"}
+            self.stopped.append(job_id)
+            if self.jobs[job_id]["status"] in ("PENDING", "RUNNING"):
+                self.jobs[job_id]["status"] = "STOPPED"
+        return 200, {"stopped": True}
 
     def set(self, job_id: str, status: str, message: str = "", logs: str | None = None) -> None:
         """A job's new state; ``logs``: its driver output (``/logs``), when given."""

@@ -119,6 +119,11 @@ class KubeRayOperator:
         """The operator's exit status when it ended by itself (it never should), else None."""
         return self._procs.exit_code("kuberay-operator")
 
+    @property
+    def pid(self) -> int | None:
+        """The operator process's id while it runs (for its memory and CPU time)."""
+        return self._procs.pid("kuberay-operator")
+
     def log_tail(self, lines: int = 40) -> str:
         return self._procs.log_tail("kuberay-operator", lines)
 

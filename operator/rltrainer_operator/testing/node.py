@@ -97,6 +97,18 @@ def missing_node_requirements() -> str | None:
     return None
 
 
+def scheduler_command(assets: Path, plane: ControlPlane) -> list[str]:
+    """The real kube-scheduler (of ``assets``) for ``plane``, one per cluster: its default
+    profile and client limits, health on a free 127.0.0.1 port, no leader election."""
+    return [
+        str(Path(assets) / "kube-scheduler"),
+        f"--kubeconfig={plane.kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={free_port()}",
+        "--leader-elect=false",
+    ]
+
+
 def podman_env() -> dict[str, str]:
     """The environment podman runs with here (CONTAINERS_CONF as `make images` sets it)."""
     return {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(CONTAINERS_CONF))}
@@ -448,17 +460,7 @@ state = "{self.root}/containerd-state"
             self.ctr("images", "import", "--base-name", PAUSE_IMAGE.rsplit(":", 1)[0], f"{tmp}/pause.tar")
 
     def _start_scheduler(self) -> None:
-        port = free_port()
-        self._procs.launch(
-            "kube-scheduler",
-            [
-                str(self.assets / "kube-scheduler"),
-                f"--kubeconfig={self.plane.kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                "--leader-elect=false",
-            ],
-        )
+        self._procs.launch("kube-scheduler", scheduler_command(self.assets, self.plane))
 
     def _start_service_ca_publisher(self) -> None:
         """This API server is MicroShift's build: its ServiceAccount admission adds OpenShift's
