@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from rltrainer_operator.testing.image_layers import StoredImage
+from rltrainer_operator.testing.node import image_id_of, podman_storage_root
 from tests.e2e.helpers import wait_for
 from tests.node.helpers import apply, container_states, describe, get
 
@@ -88,6 +90,11 @@ def test_trainer_image_trains_and_evaluates_as_non_root_on_a_read_only_root(cont
         control_plane.kubectl_run("delete", "pod", "trainer-image", "--wait=false", check=False)
 
 
-def test_images_are_on_the_node(node, images) -> None:
+def test_images_are_on_the_node(node, images, tmp_path) -> None:
     on_node = node.images()
     assert images.operator in on_node and images.trainer in on_node
+    # What a node that has an image would be sent again: its manifest and config, no layer.
+    present = set(node.ctr("content", "ls", "-q").split())
+    for ref in (images.operator, images.trainer):
+        stored = StoredImage.read(podman_storage_root(), image_id_of(ref))
+        assert stored.write_archive(tmp_path / "again.tar", ref, present) == 0, ref

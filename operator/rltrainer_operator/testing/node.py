@@ -20,6 +20,7 @@ runc and no ulimits (``images/containers.conf``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -43,6 +44,7 @@ from rltrainer_operator.testing.envtest import (
     run_checked,
     try_lock,
 )
+from rltrainer_operator.testing.image_layers import LayerArchiveError, StoredImage
 
 #: The Debian packages a node needs (tests/system-packages.txt lists them for `make system-deps`).
 NODE_PACKAGES = "containerd runc containernetworking-plugins podman busybox-static iptables"
@@ -300,6 +302,20 @@ class Node:
                 archive = save_image(ref, Path(tmp), timeout_s)
             # A Docker archive names its image in RepoTags; ctr keeps the name.
             self.ctr("images", "import", str(archive), timeout=timeout_s)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(image_id)
+
+    def import_stored_image(
+        self, ref: str, image_id: str, stored: StoredImage, timeout_s: float = 600.0
+    ) -> None:
+        """``ref`` (podman's image ``image_id``) into this node from an archive of the layers its
+        containerd lacks (``image_layers``)."""
+        present = set(self.ctr("content", "ls", "-q").split())
+        with tempfile.TemporaryDirectory(dir=self.root) as tmp:
+            archive = Path(tmp) / "image.tar"
+            stored.write_archive(archive, ref, present)
+            self.ctr("images", "import", str(archive), timeout=timeout_s)
+        marker = self._import_marker(ref)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(image_id)
 
@@ -638,18 +654,42 @@ def save_image(ref: str, folder: Path, timeout_s: float = 600.0) -> Path:
 def import_images(
     nodes: list[Node], refs: list[str], timeout_s: float = 600.0, archives: Path | None = None
 ) -> None:
-    """Every image of ``refs`` into every node that lacks it, each saved from podman once.
-    ``archives``: a folder where saved images stay (by image id) for later calls to reuse."""
+    """Every image of ``refs`` into every node that lacks it. Each node gets an archive of only
+    the layers its containerd lacks (``image_layers``: after a change to the sources, the few MB
+    of the top layers, not the trainer's 6 GB); where podman's storage cannot be read that way,
+    the whole image is saved from podman once for all nodes. ``archives``: a folder where such
+    whole saved images stay (by image id) for later calls to reuse."""
     for ref in refs:
         lacking = [node for node in nodes if not node.has_image(ref)]
         if not lacking:
             continue
+        image_id = image_id_of(ref)
+        try:
+            stored = StoredImage.read(podman_storage_root(), image_id)
+        except LayerArchiveError as why:
+            print(f"{ref}: the whole image is saved for the nodes ({why})")
+        else:
+            for node in lacking:
+                node.import_stored_image(ref, image_id, stored, timeout_s)
+            continue
         with tempfile.TemporaryDirectory(dir=lacking[0].root) as tmp:
-            folder = Path(tmp) if archives is None else archives / image_id_of(ref)
+            folder = Path(tmp) if archives is None else archives / image_id
             folder.mkdir(parents=True, exist_ok=True)
             archive = next(folder.glob("*.tar"), None) or save_image(ref, folder, timeout_s)
             for node in lacking:
                 node.import_image(ref, timeout_s, archive=archive)
+
+
+@functools.cache
+def podman_storage_root() -> Path:
+    """podman's image storage (its overlay driver's graph root); ``LayerArchiveError``
+    for another driver."""
+    found = _run(
+        ["podman", "info", "--format", "{{.Store.GraphDriverName}} {{.Store.GraphRoot}}"], env=podman_env()
+    ).split(maxsplit=1)
+    if len(found) != 2 or found[0] != "overlay":
+        raise LayerArchiveError(f"podman's storage driver is {found[0] if found else 'unknown'}, not overlay")
+    return Path(found[1].strip())
 
 
 def _exists(tool: str) -> bool:
