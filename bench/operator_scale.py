@@ -161,7 +161,9 @@ def _wait_all_running(sim: SimulatedCluster, n: int, t0: float, timeout_s: float
             raise SystemExit(f"not all Running after {timeout_s:.0f} s: {dict(phases)}")
         if elapsed - shown >= 10:
             shown = elapsed
-            print(f"  {elapsed:5.0f} s: {dict(sorted(phases.items(), key=str))}", flush=True)
+            lagging = sim.nodes_not_ready()
+            nodes = f" ({lagging} nodes not Ready: KWOK renewed their leases too late)" if lagging else ""
+            print(f"  {elapsed:5.0f} s: {dict(sorted(phases.items(), key=str))}{nodes}", flush=True)
         time.sleep(1)
 
 

@@ -36,6 +36,37 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 FINALIZER = "rltrainer.io/finalizer"
 #: Read once at import: kopf's timer interval is fixed when the handler is registered.
 POLL_INTERVAL_S = Settings.from_env().poll_interval_s
+#: Status fields that only mirror the driver's progress (``progress.json``). The first change of
+#: these alone after any other change is written at once, the next ones at most once every
+#: ``PROGRESS_WRITE_TICKS`` timer ticks (a minute at the default 10 s), as after the operator's
+#: first write of a status since its start; any other change (a phase, a condition, a job, a
+#: restart) at once, with the progress of that moment. Mirroring every iteration would cost a
+#: write per experiment and tick (docs/benchmarks.md#scale).
+PROGRESS_FIELDS = frozenset(
+    {
+        "iteration",
+        "timesteps",
+        "episodeReturnMean",
+        "lastCheckpoint",
+        "healthyEnvRunners",
+        "gracePeriodNeededSeconds",
+        "trials",
+        "bestTrial",
+        "bestMetric",
+        "bestCheckpoint",
+    }
+)
+PROGRESS_WRITE_TICKS = 6
+#: A provisioning cluster's Pods are read (for a problem to report: unschedulable, an image
+#: that cannot be pulled, a crash loop) at most once every this many ticks, however many of
+#: its changes wake the reconcile: with hundreds of clusters provisioning at once (KubeRay
+#: makes their Pods one cluster at a time) a read at every step grew with their number times
+#: the wait (docs/benchmarks.md#scale).
+POD_CHECK_TICKS = 3
+#: Reconciles at once (kopf's thread pool for the handlers; each holds its experiment's lock).
+#: A reconcile mostly waits on the API server, the Ray job API and S3, so more of them than
+#: cores keep the timers' pace with many experiments; kopf's default is the CPU count + 4.
+RECONCILE_WORKERS = 16
 
 
 #: Longest wait between two checks for the CRDs at startup.
@@ -93,6 +124,9 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
     # No watching of Namespaces and CRDs for changes: the watched namespaces come from the
     # command line, and the RBAC needs no cluster-wide read of namespaces or CRDs.
     settings.scanning.disabled = True
+    # Only the RayClusters this operator made are watched (a server-side selector: the API server
+    # sends no other cluster's changes, and the index holds none).
+    settings.watching.label_selectors["ray.io", "rayclusters"] = f"app.kubernetes.io/managed-by={MANAGED_BY}"
     # Watch health. The API server ends each watch after server_timeout, as client-go's reflectors
     # ask (5-10 min at random; kopf takes one number, drawn once per process): watches are renewed
     # regularly and spread again over API server replicas after a rolling restart. A watch that
@@ -105,6 +139,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
     settings.watching.client_timeout = settings.watching.server_timeout + 60
     settings.watching.inactivity_timeout = operator_settings.watch_stall_timeout_s
     settings.networking.error_backoffs = RetryForever()
+    settings.execution.max_workers = RECONCILE_WORKERS
     # kopf's line for each try of its refused list or watch (logged by its watching module): once
     # a minute; the permission check below says why.
     watching = logging.getLogger("kopf._cogs.clients.watching")
@@ -124,6 +159,9 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
     memo.reconciler = Reconciler(Kube(memo.api_client), operator_settings, progress_reader(operator_settings))
     memo.locks = defaultdict(threading.Lock)
     memo.written = {}  # uid -> the status this operator last wrote
+    memo.progress_written = {}  # uid -> when its last write of progress alone was (monotonic)
+    memo.synced = {}  # uid -> the status the API server last accepted from this operator
+    memo.pods_read = {}  # uid -> when its provisioning cluster's Pods were last read (monotonic)
 
 
 @kopf.on.cleanup()
@@ -171,12 +209,22 @@ def experiments_by_name(namespace: str, name: str, body: kopf.Body, **_: Any) ->
     return {(namespace, name): body}
 
 
+@kopf.index("ray.io", "v1", "rayclusters", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+def rayclusters_by_name(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """Every RayCluster this operator made, by (namespace, name), as its watch last saw it: the
+    reconciler reads these instead of a GET per experiment and tick (``_Step._cluster``). kopf
+    fills its indexes from the initial listing before any handler runs."""
+    return {(namespace, name): _plain(body)}
+
+
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 @kopf.timer(*RESOURCE, interval=POLL_INTERVAL_S)
-def reconcile(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
-    outcome = _reconcile(body, memo)
+def reconcile(
+    body: kopf.Body, memo: kopf.Memo, retry: int, rayclusters_by_name: kopf.Index, **_: Any
+) -> None:
+    outcome = _reconcile(body, memo, rayclusters_by_name)
     for event in outcome.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     if outcome.refused is not None:  # kopf logs it, one line a try, and tries again with backoff
@@ -185,7 +233,12 @@ def reconcile(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
 
 @kopf.on.event("ray.io", "v1", "rayclusters", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
 def raycluster_changed(
-    body: kopf.Body, type: str | None, memo: kopf.Memo, experiments_by_name: kopf.Index, **_: Any
+    body: kopf.Body,
+    type: str | None,
+    memo: kopf.Memo,
+    experiments_by_name: kopf.Index,
+    rayclusters_by_name: kopf.Index,
+    **_: Any,
 ) -> None:
     """A RayCluster we own changed (ready, head lost, deleted): reconcile its experiment now
     instead of at the next timer tick."""
@@ -193,13 +246,14 @@ def raycluster_changed(
         return
     key = (body.metadata.namespace, body.metadata.labels.get(EXPERIMENT_LABEL))
     for experiment in experiments_by_name.get(key, []):
-        for event in _reconcile(experiment, memo).events:  # a refusal: the timer tries again
+        outcome = _reconcile(experiment, memo, rayclusters_by_name)
+        for event in outcome.events:  # a refusal: the timer tries again
             kopf.event(experiment, type=event.type, reason=event.reason, message=event.message)
 
 
-def _reconcile(body: kopf.Body, memo: kopf.Memo) -> Outcome:
+def _reconcile(body: kopf.Body, memo: kopf.Memo, clusters: kopf.Index) -> Outcome:
     """One reconcile under the experiment's lock, its status written before the lock is released;
-    returns its outcome (the events to post, a refusal).
+    returns its outcome (the events to post, a refusal). ``clusters``: ``rayclusters_by_name``.
 
     The status goes through ``kube``, not kopf's handler patch: kopf applies that patch after the
     handler returns, outside the lock, so a reconcile started by a RayCluster event could write a
@@ -210,7 +264,9 @@ def _reconcile(body: kopf.Body, memo: kopf.Memo) -> Outcome:
         written = memo.written.get(uid)
         started = time.monotonic()
         try:
-            outcome = memo.reconciler.reconcile(experiment)
+            outcome = memo.reconciler.reconcile(
+                experiment, clusters=_cluster_cache(clusters), pods_due=_pods_due(memo, uid)
+            )
         except Exception:
             memo.metrics.reconcile_errors.inc()
             raise
@@ -218,11 +274,19 @@ def _reconcile(body: kopf.Body, memo: kopf.Memo) -> Outcome:
             memo.metrics.reconcile_seconds.observe(time.monotonic() - started)
         if outcome.deleted:
             memo.metrics.observe_phase(uid, None)
-            memo.written.pop(uid, None)
+            _forget(memo, uid)
             return outcome
         status = outcome.status if outcome.status is not None else written
-        if status is None or _set(status) == _set(body.get("status") or {}):
-            return outcome
+        if status is None or _set(status) == _set(body.get("status") or {}) or status == memo.synced.get(uid):
+            return outcome  # the body may not show the last write yet: the API server has it
+        if written is None:  # the first write since the operator started: progress included
+            memo.progress_written[uid] = time.monotonic()
+        elif not _progress_only(status, written):
+            memo.progress_written.pop(uid, None)
+        elif _progress_due(memo.progress_written.get(uid)):
+            memo.progress_written[uid] = time.monotonic()
+        else:
+            return outcome  # written with the next change, or once PROGRESS_WRITE_TICKS have passed
         old_restarts = (experiment.get("status") or {}).get("restarts") or 0
         if status.get("restarts", 0) > old_restarts:
             memo.metrics.restarts.inc(status["restarts"] - old_restarts)
@@ -230,13 +294,14 @@ def _reconcile(body: kopf.Body, memo: kopf.Memo) -> Outcome:
         # what this one did (a submitted job), and writes it again.
         memo.written[uid] = status
         memo.metrics.observe_phase(uid, status.get("phase"))
-        _write_status(body, memo, status, outcome)
+        if _write_status(body, memo, status, outcome):
+            memo.synced[uid] = status
         return outcome
 
 
-def _write_status(body: kopf.Body, memo: kopf.Memo, status: dict[str, Any], outcome: Outcome) -> None:
-    """Write the status. Refused (403, 401), no condition can say so: a Warning event does
-    (when events may still be created) and kopf's log line of each retry."""
+def _write_status(body: kopf.Body, memo: kopf.Memo, status: dict[str, Any], outcome: Outcome) -> bool:
+    """Write the status; whether it was written. Refused (403, 401), no condition can say so: a
+    Warning event does (when events may still be created) and kopf's log line of each retry."""
     try:
         memo.reconciler.kube.patch_experiment_status(
             body["metadata"]["namespace"], body["metadata"]["name"], status
@@ -244,6 +309,62 @@ def _write_status(body: kopf.Body, memo: kopf.Memo, status: dict[str, Any], outc
     except Refused as err:
         outcome.events.append(Event("Warning", err.reason, str(err)))
         outcome.refused = err
+        return False
+    return True
+
+
+def _forget(memo: kopf.Memo, uid: str) -> None:
+    """The experiment is gone: drop what this operator remembers of it."""
+    memo.written.pop(uid, None)
+    for name in ("progress_written", "synced", "pods_read"):
+        getattr(memo, name, {}).pop(uid, None)
+
+
+def _pods_due(memo: kopf.Memo, uid: str) -> Any:
+    """``pods_due`` for one reconcile: true (and remembered) once ``POD_CHECK_TICKS`` have passed
+    since the experiment's last read of its Pods."""
+
+    def due() -> bool:
+        last = memo.pods_read.get(uid)
+        if last is not None and time.monotonic() - last < POD_CHECK_TICKS * POLL_INTERVAL_S:
+            return False
+        memo.pods_read[uid] = time.monotonic()
+        return True
+
+    return due
+
+
+def _progress_only(status: dict[str, Any], written: dict[str, Any] | None) -> bool:
+    """Whether ``status`` differs from the status last written only in ``PROGRESS_FIELDS``
+    (False when this operator has written none yet: after its start every status is written)."""
+    if written is None:
+        return False
+    changed = {key for key in status.keys() | written.keys() if status.get(key) != written.get(key)}
+    return changed <= PROGRESS_FIELDS
+
+
+def _progress_due(last_write: float | None) -> bool:
+    """Whether progress alone may be written again (``last_write``: the last such write)."""
+    return last_write is None or time.monotonic() - last_write >= PROGRESS_WRITE_TICKS * POLL_INTERVAL_S
+
+
+def _cluster_cache(index: kopf.Index) -> Any:
+    """``(namespace, name) -> RayCluster | None`` over ``rayclusters_by_name``: the newest copy
+    (a deleted cluster and its successor of the same name can both be there for a moment)."""
+
+    def find(namespace: str, name: str) -> dict[str, Any] | None:
+        copies = tuple(index.get((namespace, name), ()))
+        return max(copies, key=_revision, default=None)
+
+    return find
+
+
+def _revision(body: dict[str, Any]) -> int:
+    """The object's resourceVersion as a number (etcd's revision; 0 when it is not one)."""
+    try:
+        return int(body["metadata"].get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def _latest(body: kopf.Body, memo: kopf.Memo) -> dict[str, Any]:
@@ -272,7 +393,7 @@ def finalize(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         memo.reconciler.finalize(_latest(body, memo))
     memo.metrics.observe_phase(uid, None)
     memo.locks.pop(uid, None)
-    memo.written.pop(uid, None)
+    _forget(memo, uid)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

@@ -45,6 +45,10 @@ REQUEST_TIMEOUT_S = 60
 
 
 USER_AGENT = f"rltrainer-operator/{__version__}"
+#: Connections the client keeps open to the API server: one per reconcile at once
+#: (``handlers.RECONCILE_WORKERS``) and a few for the permission check; the client's default is
+#: 5 per CPU, and a call that finds the pool full opens (and drops) a TLS connection of its own.
+CONNECTIONS = 20
 
 
 def make_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
@@ -61,6 +65,7 @@ def make_api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClien
             kubernetes.config.load_kube_config(
                 config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration
             )
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, CONNECTIONS)
     client = kubernetes.client.ApiClient(configuration)
     client.user_agent = USER_AGENT  # tells the operator's requests apart in audit logs
     return client

@@ -85,6 +85,8 @@ Clock = Callable[[], datetime.datetime]
 ProgressReader = Callable[[ExperimentSpec, str, str], "dict[str, Any] | None"]
 #: ``(address, token=...) -> client`` (``RayJobClient``).
 JobClientFactory = Callable[..., RayJobClient]
+#: ``(namespace, name) -> the RayCluster as the operator's watch last saw it, or None``.
+ClusterCache = Callable[[str, str], "dict[str, Any] | None"]
 #: Ready's reasons while the API server refuses the operator's calls.
 REFUSAL_REASONS = frozenset({Refused.reason, PermissionDenied.reason, CredentialsRefused.reason})
 #: Failures that a new spec generation retries (the spec may have been fixed).
@@ -160,15 +162,24 @@ class Reconciler:
         self.clock = clock
 
     # --- entry points ------------------------------------------------------------------------
-    def reconcile(self, body: dict[str, Any]) -> Outcome:
-        step = _Step(self, body)
+    def reconcile(
+        self,
+        body: dict[str, Any],
+        clusters: ClusterCache | None = None,
+        pods_due: Callable[[], bool] | None = None,
+    ) -> Outcome:
+        """One step for the experiment ``body``. ``clusters``: the RayClusters as the operator's
+        watch keeps them, read instead of the API where a copy may be a little old (``_Step._cluster``).
+        ``pods_due``: asked before a provisioning cluster's Pods are read for problems to report
+        (the handler's cadence; None: at every step)."""
+        step = _Step(self, body, clusters, pods_due)
         try:
             step.permitted()
             step.run()
         except Refused as err:
             # An RBAC rule missing, or the credentials refused: what this step changed is
             # dropped (the next try does it again) and the status says what was refused.
-            step = _Step(self, body)
+            step = _Step(self, body, clusters, pods_due)
             step.refused(err)
         if not step.meta.get("deletionTimestamp"):
             # Every generation is observed, even one that changes nothing now (a config edit
@@ -231,9 +242,17 @@ class Reconciler:
 class _Step:
     """One reconcile of one experiment: reads once, decides, records the transition."""
 
-    def __init__(self, reconciler: Reconciler, body: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        body: dict[str, Any],
+        clusters: ClusterCache | None = None,
+        pods_due: Callable[[], bool] | None = None,
+    ) -> None:
         self.r = reconciler
         self.body = body
+        self.clusters = clusters
+        self.pods_due = pods_due
         self.meta = body["metadata"]
         self.namespace, self.name = self.meta["namespace"], self.meta["name"]
         self.generation = self.meta.get("generation")
@@ -359,6 +378,18 @@ class _Step:
     def _cluster_name(self) -> str:
         return self.status.rayClusterName or raycluster_name(self.name)
 
+    def _cluster(self, name: str, trusted: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+        """The RayCluster ``name``: the watch's copy when ``trusted`` accepts it (a live cluster
+        in the state this step goes on with), else read from the API. A step never acts on the
+        watch's word alone that a cluster is gone, going or failing: a copy that says so may be
+        a moment older than the cluster (the event that changes it on its way), so it is read
+        again before anything is deleted or restarted. With 1,000 experiments this is what
+        keeps a tick from costing a GET each (docs/benchmarks.md#scale)."""
+        cached = self.clusters(self.namespace, name) if self.clusters is not None else None
+        if cached is not None and not cached["metadata"].get("deletionTimestamp") and trusted(cached):
+            return cached
+        return self.r.kube.get_raycluster(self.namespace, name)
+
     def _condition_true(self, kind: str) -> bool:
         return any(c.type == kind and c.status == "True" for c in self.status.conditions)
 
@@ -441,7 +472,7 @@ class _Step:
         """The experiment's RayCluster, created when absent; None while an old one is still going away."""
         name = raycluster_name(self.name)
         self.status.rayClusterName = name
-        cluster = self.r.kube.get_raycluster(self.namespace, name)
+        cluster = self._cluster(name, trusted=lambda _cluster: True)
         if cluster is not None and (cluster["metadata"].get("deletionTimestamp") or not self._owns(cluster)):
             return None  # going away, or a deleted namesake's cluster the GC has yet to remove
         if cluster is None:
@@ -465,7 +496,8 @@ class _Step:
         if cluster is not None and cluster_ready(cluster):
             return self._submit(cluster)
         # None: the old cluster still going, held up only by Pods on a node that does not answer.
-        self._report_pod_problems(lost_nodes_only=cluster is None)
+        if self.pods_due is None or self.pods_due():
+            self._report_pod_problems(lost_nodes_only=cluster is None)
         since = self._condition_since("Provisioned") or self.now
         waited = (self.now - since).total_seconds()
         if waited > self.r.settings.provision_timeout_s:
@@ -541,7 +573,7 @@ class _Step:
 
     # Running -> Succeeded | Restarting
     def _running(self) -> None:
-        cluster = self.r.kube.get_raycluster(self.namespace, self._cluster_name())
+        cluster = self._cluster(self._cluster_name(), trusted=_healthy)
         if cluster is None or cluster["metadata"].get("deletionTimestamp"):
             return self._restart("ClusterLost", f"RayCluster {self.status.rayClusterName} is gone", True)
         if queueing.held(cluster):  # Kueue preempted it: its pods' hooks had the checkpoint written
@@ -570,7 +602,7 @@ class _Step:
             if oom is not None:
                 return self._restart(oom.reason, f"{oom.message} ({_job_message(job)})", cluster_lost=False)
             return self._restart(_job_failure_reason(job), _job_message(job), cluster_lost=False)
-        if self._crash_looping():
+        if _workers_short(cluster) and self._crash_looping():
             return
         self._rescale(cluster, job)
 
@@ -585,6 +617,8 @@ class _Step:
         current = worker_replicas(cluster).get(ROLLOUTS_GROUP)
         if current is None or current == wanted:
             return
+        # The patch replaces the whole list of worker groups: from the cluster as it is now.
+        cluster = self.r.kube.get_raycluster(self.namespace, self.status.rayClusterName) or cluster
         cluster = self.r.kube.patch_raycluster(
             self.namespace, self.status.rayClusterName, scale_patch(cluster, ROLLOUTS_GROUP, wanted)
         )
@@ -809,6 +843,22 @@ def _job_failure_reason(job: JobInfo) -> str:
     S3 call), else ``JobFailed``."""
     last = job.message.strip().splitlines()[-1] if job.message.strip() else ""
     return "StorageUnusable" if "storage_path 's3://" in last and STORAGE_UNUSABLE in last else "JobFailed"
+
+
+def _healthy(raycluster: dict[str, Any]) -> bool:
+    """Up and not held by Kueue: what a running experiment's step goes on with."""
+    return cluster_condition(raycluster, "HeadPodReady") and not queueing.held(raycluster)
+
+
+def _workers_short(raycluster: dict[str, Any]) -> bool:
+    """Whether KubeRay counts fewer ready workers than the cluster wants: one restarting, crash
+    looping or pending, which only its Pods tell apart (KubeRay counts them from the Pods' Ready
+    condition and reconciles the cluster on every change of its Pods, so a worker's crash shows
+    here). True when there are no counts (a status KubeRay has not written yet); KubeRay leaves
+    out a count of 0."""
+    status = raycluster.get("status") or {}
+    desired = status.get("desiredWorkerReplicas")
+    return desired is None or (status.get("readyWorkerReplicas") or 0) < desired
 
 
 def _is_head(pod: dict[str, Any]) -> bool:

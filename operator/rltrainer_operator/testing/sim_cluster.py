@@ -78,6 +78,10 @@ KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 KWOK_STAGES = ("node/fast", "node/heartbeat-with-lease", "pod/fast")
 #: A kubelet's lease (``--node-lease-duration-seconds``); KWOK renews it every quarter of it.
 LEASE_DURATION_S = 40
+#: Leases renewed and Pods moved at once (KWOK's default: 4). With hundreds of nodes on a busy
+#: API server, 4 at a time fell behind: a lease older than the node-lifecycle controller's grace
+#: period makes the node NotReady and marks its Pods not Ready, which no kubelet sets back here.
+KWOK_PARALLELISM = 16
 GPU_KEY, GPU_VALUE, GPU_EFFECT = GPU_TAINT.replace("=", ":").split(":")
 GPU_TOLERATION = {"key": GPU_KEY, "operator": "Exists", "effect": GPU_EFFECT}
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -167,9 +171,29 @@ def experiment(name: str, namespace: str, gpu: bool = True) -> dict[str, Any]:
 
 
 def kwok_config(path: Path) -> Path:
-    """KWOK's configuration: the stages of ``KWOK_STAGES``, from the module's own files."""
+    """KWOK's configuration: the stages of ``KWOK_STAGES``, from the module's own files, and
+    ``KWOK_PARALLELISM``."""
     root = parts.module_dir("kwok") / "kustomize" / "stage"
-    documents = []
+    documents: list[dict[str, Any]] = [
+        {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokConfiguration",
+            # KWOK defaults none of these once a configuration is given: its own defaults
+            # (SetObjectDefaults_KwokConfiguration), but for the parallelism.
+            "options": {
+                "cidr": "10.0.0.0/24",
+                "nodeLeaseDurationSeconds": LEASE_DURATION_S,
+                "nodeLeaseParallelism": KWOK_PARALLELISM,
+                "nodePlayStageParallelism": KWOK_PARALLELISM,
+                "podPlayStageParallelism": KWOK_PARALLELISM,
+                "podsOnNodeSyncParallelism": 1,
+                "enablePodsOnNodeSyncListPager": True,
+                "enablePodsOnNodeSyncStreamWatch": False,
+                "enableDebuggingHandlers": False,
+                "enableProfilingHandler": False,
+            },
+        }
+    ]
     for folder in KWOK_STAGES:
         kustomization = yaml.safe_load((root / folder / "kustomization.yaml").read_text())
         for resource in kustomization["resources"]:
@@ -376,6 +400,16 @@ class SimulatedCluster:
     def pods(self) -> list[Any]:
         core = kubernetes.client.CoreV1Api(self.api)
         return [pod for namespace in self.namespaces for pod in core.list_namespaced_pod(namespace).items]
+
+    def nodes_not_ready(self) -> int:
+        """Simulated nodes not Ready now (a lease KWOK renewed too late: their Pods are marked
+        not Ready by the node-lifecycle controller, and stay so)."""
+        core = kubernetes.client.CoreV1Api(self.api)
+        return sum(
+            1
+            for node in core.list_node(label_selector="type=kwok").items
+            if not _ready(node.status.conditions)
+        )
 
     def gpu_nodes(self) -> set[str]:
         return {name for name in self.nodes if name.startswith("sim-gpu-")}
