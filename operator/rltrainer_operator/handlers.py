@@ -214,7 +214,28 @@ def rayclusters_by_name(namespace: str, name: str, body: kopf.Body, **_: Any) ->
     """Every RayCluster this operator made, by (namespace, name), as its watch last saw it: the
     reconciler reads these instead of a GET per experiment and tick (``_Step._cluster``). kopf
     fills its indexes from the initial listing before any handler runs."""
-    return {(namespace, name): _plain(body)}
+    return {(namespace, name): _cluster_view(body)}
+
+
+def _cluster_view(body: kopf.Body) -> dict[str, Any]:
+    """What the reconcile steps read of a RayCluster: its metadata (without managedFields), its
+    status, and of its spec the token mode, suspension and each worker group's replicas. The Pod
+    templates and managedFields, most of a cluster's size, are left out: a thousand clusters'
+    whole copies made a large part of the operator's memory (a rescale reads the whole cluster)."""
+    spec = body.get("spec") or {}
+    groups = [
+        {"groupName": g.get("groupName"), "replicas": g.get("replicas")}
+        for g in spec.get("workerGroupSpecs") or []
+    ]
+    return {
+        "metadata": copy.deepcopy({k: v for k, v in body["metadata"].items() if k != "managedFields"}),
+        "spec": {
+            "authOptions": copy.deepcopy(spec.get("authOptions")),
+            "suspend": spec.get("suspend"),
+            "workerGroupSpecs": groups,
+        },
+        "status": copy.deepcopy(dict(body.get("status") or {})),
+    }
 
 
 @kopf.on.resume(*RESOURCE)

@@ -617,10 +617,13 @@ class _Step:
         current = worker_replicas(cluster).get(ROLLOUTS_GROUP)
         if current is None or current == wanted:
             return
-        # The patch replaces the whole list of worker groups: from the cluster as it is now.
-        cluster = self.r.kube.get_raycluster(self.namespace, self.status.rayClusterName) or cluster
+        # The patch replaces the whole list of worker groups: from the whole cluster as it is now
+        # (the watch's copy holds only what the steps read).
+        fresh = self.r.kube.get_raycluster(self.namespace, self.status.rayClusterName)
+        if fresh is None:
+            return  # gone meanwhile: the next step sees it
         cluster = self.r.kube.patch_raycluster(
-            self.namespace, self.status.rayClusterName, scale_patch(cluster, ROLLOUTS_GROUP, wanted)
+            self.namespace, self.status.rayClusterName, scale_patch(fresh, ROLLOUTS_GROUP, wanted)
         )
         # The running driver has a fixed number of env runners: continue from the newest
         # checkpoint with the new count (not a failure: restarts is not incremented).

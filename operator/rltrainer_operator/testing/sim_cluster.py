@@ -389,7 +389,7 @@ class SimulatedCluster:
             item
             for namespace in self.namespaces
             for item in custom.list_namespaced_custom_object(
-                "rltrainer.io", "v1alpha1", namespace, "rlexperiments"
+                "rltrainer.io", "v1alpha1", namespace, "rlexperiments", resource_version="0"
             )["items"]
         ]
 
@@ -416,11 +416,13 @@ class SimulatedCluster:
 
     # ---------------------------------------------------------------------------------- measuring
 
-    def audit_offset(self) -> int:
+    def audit_offset(self) -> usage.Position:
         """Where the API server's audit log ends now (``usage.audit_offset``)."""
         return usage.audit_offset(self.plane)
 
-    def requests(self, since: int = 0, until: int | None = None) -> list[dict[str, Any]]:
+    def requests(
+        self, since: usage.Position = (0, 0), until: usage.Position | None = None
+    ) -> list[dict[str, Any]]:
         """The requests between two ``audit_offset()``s, by client (``usage.requests``)."""
         return usage.requests(self.plane, since, until)
 

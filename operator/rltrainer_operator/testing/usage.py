@@ -31,22 +31,52 @@ AGENTS = (
 KUBERAY_USER = "system:serviceaccount:kuberay-system:kuberay-operator"
 
 
-def audit_offset(plane: Any) -> int:
+#: A point in the audit log: the file's inode and a byte offset in it. The API server rotates
+#: its log at 100 MB (``audit-<time>.log`` beside it, the same inode), which a busy cluster of a
+#: thousand nodes writes in minutes.
+Position = tuple[int, int]
+
+
+def audit_offset(plane: Any) -> Position:
     """Where the API server's audit log ends now: requests after this point come after it."""
     try:
-        return plane.audit_log.stat().st_size
+        found = plane.audit_log.stat()
     except FileNotFoundError:
-        return 0
+        return 0, 0
+    return found.st_ino, found.st_size
 
 
-def requests(plane: Any, since: int = 0, until: int | None = None) -> list[dict[str, Any]]:
-    """Every request the API server finished between two ``audit_offset``s, as ``{client,
-    verb, resource, namespace, time}`` (``resource`` with its subresource, ``pods/binding``, or
-    the path for non-resource requests; ``time``: when it was received, RFC 3339)."""
+def _audit_files(plane: Any) -> list[Path]:
+    """The audit log's files, oldest first: the rotated ones (named by time), then the current."""
+    log = Path(plane.audit_log)
+    return [*sorted(log.parent.glob(f"{log.stem}-*{log.suffix}")), log]
+
+
+def _read_between(plane: Any, since: Position, until: Position | None) -> bytes:
+    chunks, reading = [], since == (0, 0)
+    for path in _audit_files(plane):
+        try:
+            with path.open("rb") as log:
+                inode = os.fstat(log.fileno()).st_ino
+                start = since[1] if inode == since[0] else 0
+                reading = reading or inode == since[0]
+                if reading:
+                    log.seek(start)
+                    end = until[1] if until is not None and inode == until[0] else None
+                    chunks.append(log.read(-1 if end is None else max(0, end - start)))
+                if until is not None and inode == until[0]:
+                    break
+        except FileNotFoundError:
+            continue
+    return b"".join(chunks)
+
+
+def requests(plane: Any, since: Position = (0, 0), until: Position | None = None) -> list[dict[str, Any]]:
+    """Every request the API server finished between two ``audit_offset``s (across rotations),
+    as ``{client, verb, resource, namespace, time}`` (``resource`` with its subresource,
+    ``pods/binding``, or the path for non-resource requests; ``time``: when it was received)."""
     found = []
-    with contextlib.suppress(FileNotFoundError), plane.audit_log.open("rb") as log:
-        log.seek(since)
-        data = log.read(-1 if until is None else max(0, until - since))
+    data = _read_between(plane, since, until)
     for line in data.splitlines():
         with contextlib.suppress(ValueError):
             event = json.loads(line)
