@@ -262,11 +262,14 @@ def _restart(sim: SimulatedCluster, operator: Any, n: int) -> dict[str, Any]:
         "restart_stale_after_600_s": len(stale),
         "restart_first_minute_requests_per_experiment": round(len(burst) / n, 2),
         "restart_first_minute_split_per_experiment": {k: round(v / n, 3) for k, v in sorted(split.items())},
+        # The new process a minute in: what stays, without the creation's transient peak.
+        "restart_rss_mib": round(operator.rss_bytes() / MIB),
     }
     print(
         f"restart with {n} live: process up after {started_s:.1f} s, every status current after "
         f"{figures['restart_all_current_s']} s; {len(burst)} requests in its first minute "
-        f"({figures['restart_first_minute_requests_per_experiment']} per experiment): "
+        f"({figures['restart_first_minute_requests_per_experiment']} per experiment), "
+        f"RSS {figures['restart_rss_mib']} MiB a minute in: "
         + ", ".join(f"{k} {v}" for k, v in figures["restart_first_minute_split_per_experiment"].items())
     )
     return figures
@@ -423,14 +426,20 @@ def record(args: Any, nodes: int, figures: dict[str, Any]) -> dict[str, Any]:
     }
     if not args.no_record:
         lines = RESULTS.read_text().splitlines() if RESULTS.exists() else []
-        kept = [line for line in lines if line.strip() and _key(json.loads(line)) != _key(row)]
-        RESULTS.write_text("".join(f"{line}\n" for line in [*kept, json.dumps(row)]))
+        rows = [json.loads(line) for line in lines if line.strip()]
+        rows = sorted([*(old for old in rows if _key(old) != _key(row)), row], key=_order)
+        RESULTS.write_text("".join(f"{json.dumps(each)}\n" for each in rows))
     return row
 
 
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
     """What a row measures (a new measurement of it replaces the old)."""
     return row["experiments"], row["nodes"], row.get("stream_per_s")
+
+
+def _order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Rows by size, the ones applied at once first."""
+    return row["experiments"], row["nodes"], row.get("stream_per_s") or 0
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Written after every other column, in this order.
 WHERE_AND_HOW = ("date", "machine", "command")
-#: Not shown as columns: ``group`` is plotted, a ``note`` is written under the table.
-HIDDEN = {"group", "note"}
+#: Not shown as columns: ``group`` is plotted, a ``note`` is written under the table, ``detail``
+#: holds a benchmark's every figure (the table shows its headline ones).
+HIDDEN = {"group", "note", "detail"}
 #: Column headers for keys that read better in words.
 HEADERS = {
     "median_s": "median time (s)",
@@ -66,6 +67,18 @@ HEADERS = {
     "repeat_identical": "two undisturbed runs identical",
     "identical_to_checkpoint": "identical up to the checkpoint",
     "first_different_iteration": "first different iteration",
+    "stream_per_s": "applied per second (— at once)",
+    "all_running_s": "all Running after (s)",
+    "create_to_running_p50_s": "create to Running, median (s)",
+    "operator_peak_rss_mib": "operator peak RSS (MiB)",
+    "steady_operator_cpu_percent": "operator CPU, steady (% of a core)",
+    "steady_operator_requests_per_experiment_per_min": "operator requests per experiment per min",
+    "steady_kuberay_requests_per_experiment_per_min": "KubeRay requests per experiment per min",
+    "steady_operator_reconcile_p50_ms": "reconcile p50 (ms)",
+    "steady_operator_reconcile_p99_ms": "reconcile p99 (ms)",
+    "restart_all_current_s": "restart: all statuses current after (s)",
+    "restart_first_minute_requests_per_experiment": "restart: requests per experiment, first minute",
+    "load_1min": "1-min load, start - end",
 }
 LIBRARIES = ("rltrainer", "Stable-Baselines3", "sb3-contrib", "RLlib")
 COLORS = {
@@ -252,11 +265,53 @@ def atari_plot() -> bytes:
     return _svg(figure)
 
 
+def operator_scale_plot() -> bytes:
+    """The operator against the number of experiments (``bench.operator_scale``): its API
+    requests per experiment per minute in steady state, KubeRay's beside them, and its memory."""
+    rows = sorted(
+        (row for row in load("operator_scale") if row.get("stream_per_s") is None),
+        key=lambda row: row["experiments"],
+    )
+    figure, (requests, memory) = _axes_pair(9, 3.5)
+    counts = [row["experiments"] for row in rows]
+    for key, label, color in (
+        ("steady_operator_requests_per_experiment_per_min", "rltrainer operator", COLORS["rltrainer"]),
+        ("steady_kuberay_requests_per_experiment_per_min", "KubeRay's operator", "#9e9e9e"),
+    ):
+        requests.plot(counts, [row[key] for row in rows], "-o", label=label, color=color)
+    requests.set_xlabel("experiments Running (as many simulated nodes)")
+    requests.set_ylabel("API requests per experiment per minute")
+    requests.set_ylim(bottom=0)
+    requests.legend(fontsize=7)
+    requests.set_title("Steady state", fontsize=9)
+    memory.plot(counts, [row["operator_peak_rss_mib"] for row in rows], "-o", color=COLORS["rltrainer"])
+    memory.set_xlabel("experiments")
+    memory.set_ylabel("operator peak RSS (MiB)")
+    memory.set_ylim(bottom=0)
+    memory.set_title("Memory", fontsize=9)
+    figure.suptitle("The operator at scale")
+    return _svg(figure)
+
+
+def _axes_pair(width: float, height: float) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, pair = plt.subplots(1, 2, figsize=(width, height))
+    for axes in pair:
+        axes.grid(alpha=0.3)
+        axes.set_axisbelow(True)
+    return figure, pair
+
+
 #: The plots' file names and the functions that draw them.
 PLOTS: dict[str, Callable[[], bytes]] = {
     "time_to_solve.svg": time_to_solve_plot,
     "throughput_runners.svg": throughput_plot,
     "atari_frames.svg": atari_plot,
+    "operator_scale.svg": operator_scale_plot,
 }
 
 
