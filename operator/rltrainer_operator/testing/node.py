@@ -302,8 +302,7 @@ class Node:
                 archive = save_image(ref, Path(tmp), timeout_s)
             # A Docker archive names its image in RepoTags; ctr keeps the name.
             self.ctr("images", "import", str(archive), timeout=timeout_s)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(image_id)
+        self._mark_imported(ref, image_id)
 
     def import_stored_image(
         self, ref: str, image_id: str, stored: StoredImage, timeout_s: float = 600.0
@@ -315,14 +314,17 @@ class Node:
             archive = Path(tmp) / "image.tar"
             stored.write_archive(archive, ref, present)
             self.ctr("images", "import", str(archive), timeout=timeout_s)
-        marker = self._import_marker(ref)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(image_id)
+        self._mark_imported(ref, image_id)
 
     def has_image(self, ref: str) -> bool:
         """Whether ``ref``, as podman has it now, was imported here already."""
         marker = self._import_marker(ref)
         return marker.exists() and marker.read_text() == image_id_of(ref) and ref in self.images()
+
+    def _mark_imported(self, ref: str, image_id: str) -> None:
+        marker = self._import_marker(ref)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(image_id)
 
     def _import_marker(self, ref: str) -> Path:
         folder = self.image_store.parent / f"{self.image_store.name}.imported"
