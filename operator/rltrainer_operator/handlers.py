@@ -300,7 +300,9 @@ def _reconcile(body: kopf.Body, memo: kopf.Memo, clusters: kopf.Index) -> Outcom
         status = outcome.status if outcome.status is not None else written
         if status is None or _set(status) == _set(body.get("status") or {}) or status == memo.synced.get(uid):
             return outcome  # the body may not show the last write yet: the API server has it
-        if written is None:  # the first write since the operator started: progress included
+        if written is None or written != memo.synced.get(uid):
+            # The first write since the operator started, or the last one did not go through
+            # (refused): written now, progress included, so that every retry tries it again.
             memo.progress_written[uid] = time.monotonic()
         elif not _progress_only(status, written):
             memo.progress_written.pop(uid, None)
