@@ -7,8 +7,12 @@ real KubeRay (its command, probes, ``wait-gcs-ready`` init container and headles
 the workers find the head by its DNS name), from the trainer image; the real scheduler places
 them by the spec's requests, node selector and tolerations, the kubelets run and restart them,
 and a real S3 server (SeaweedFS, with the operator's and the pods' own identities) listens
-on the pod network's gateway. ``make test`` runs the journey shortened and
-the bad-input cases; ``make e2e`` the journey in full, suspend/resume and a sweep.
+on the pod network's gateway. ``make test`` runs the bad-input cases here (a learner placed on
+the GPU node and killed for memory, the GPU request that cannot be placed, a driver failing inside
+the trainer image); training on Pods to ``Succeeded`` with S3 checkpoints is
+``test_cluster_faults``'s API server restart, and the journey's faults and resume are
+``tests/e2e/test_journey.py``'s shortened journey on local Ray clusters. ``make e2e`` runs the
+journey on Pods in full, suspend/resume, a sweep and the S3 refusals.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.testing.local_stack import GPU_NODE, GPU_NODE_LABELS, LocalStack
 from tests.conftest import built_part
 from tests.e2e import test_journey as journeys
-from tests.e2e.conftest import e2e_requested
 from tests.e2e.helpers import wait_for
 
 #: The full journey on Pods stops here: 1.5 s iterations, CartPole solved long before.
@@ -39,8 +42,6 @@ POD_JOURNEY_TRAINING = {
     "min_sample_timesteps_per_iteration": 1400,
     "lr": [*journeys.TUNED_PPO_CARTPOLE["lr"], [100_000, 1e-5]],
 }
-#: The shortened one (``make test``): the head is lost around iteration 15-30, resumed, trained on.
-SHORT_POD_JOURNEY_ITERATIONS = 45
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,11 +91,6 @@ def on_pods(image: str):
     return adapt
 
 
-@pytest.fixture(scope="session")
-def full_e2e(request) -> bool:
-    return e2e_requested(request.config)
-
-
 @contextlib.contextmanager
 def platform_on_pods(monkeypatch, control_plane, nodes, kuberay_operator, trainer_image: str):
     """The operator on the session's cluster and nodes, with a real S3 server of its own."""
@@ -114,7 +110,8 @@ def pods_by_node(platform: journeys.Platform, namespace: str, cluster: str) -> d
     return found
 
 
-def test_the_journey_on_real_pods(pod_platform, full_e2e):
+@pytest.mark.e2e_only
+def test_the_journey_on_real_pods(pod_platform):
     """``test_journey`` on Pods: placed by the scheduler (learner on the GPU node), a rollout Pod
     deleted, the learner's and the head's containers killed, resumed from S3, evaluated."""
     platform = pod_platform
@@ -137,11 +134,11 @@ def test_the_journey_on_real_pods(pod_platform, full_e2e):
         original_log(name, namespace, status)
 
     platform.log = log
-    timings = journeys.journey(platform, full_e2e, short_iterations=SHORT_POD_JOURNEY_ITERATIONS)
+    timings = journeys.journey(platform, full_e2e=True)
     assert placed == {"headgroup": {"localhost"}, "learners": {GPU_NODE}, "rollouts": {"localhost"}}, placed
     record = {
         "benchmark": "operator_on_pods",
-        "journey": "full" if full_e2e else "shortened",
+        "journey": "full",
         "machine": "2-core x86_64, one machine: control plane, two kubelets, 4 Ray pods",
         **{key: round(value, 1) if isinstance(value, float) else value for key, value in timings.items()},
     }
