@@ -7,13 +7,16 @@ memory than the nodes have, so that the GPU is what binds), a LocalQueue in the 
 namespace, and two WorkloadPriorityClasses. Each experiment asks for a GPU learner, so one
 runs at a time.
 
-``make test`` runs the queue and one preemption: a low-priority experiment runs; a second one
-of its priority waits (Queued, Kueue's reason, no timeout); a high-priority one preempts the
-first, whose driver writes a checkpoint on its pods' preStop hook before Ray stops; the
-high-priority one runs and ends; the preempted one is admitted again and resumes from that
-checkpoint; an experiment labelled for a LocalQueue that does not exist says so. ``make e2e``
-also lets the waiting one run, drains the head's node and deletes every pod of an experiment at
-once (as a spot node's end does).
+Only ``make e2e`` runs these. ``make test`` runs a smaller check of the same operator behaviour
+with real Kueue on a simulated cluster (``tests/operator/test_kueue_sim.py``: KWOK's nodes, no
+Ray in the Pods, so no preStop checkpoint and no resumed training).
+
+The queue and one preemption: a low-priority experiment runs; a second one of its priority
+waits (Queued, Kueue's reason, no timeout); a high-priority one preempts the first, whose driver
+writes a checkpoint on its pods' preStop hook before Ray stops; the high-priority one runs and
+ends, then the waiting one; the preempted one is admitted again and resumes from that
+checkpoint; an experiment labelled for a LocalQueue that does not exist says so. Then a drain of
+the head's node, and every pod of an experiment deleted at once (as a spot node's end does).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from rltrainer_operator.queueing import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from rltrainer_operator.testing import kueue as kueue_objects
 from rltrainer_operator.testing.local_stack import GPU_NODE
 from tests.e2e import test_journey as journeys
-from tests.e2e.conftest import e2e_requested
 from tests.e2e.helpers import wait_for
 from tests.node.helpers import get
 from tests.node.test_platform_on_pods import GPU_TOLERATION, platform_on_pods
@@ -117,9 +119,9 @@ def disruption_figures(name: str, before: int, record: dict[str, Any] | None = N
     }
 
 
-def test_kueue_queues_and_preempts_without_losing_work(shared_platform, request):
+@pytest.mark.e2e_only
+def test_kueue_queues_and_preempts_without_losing_work(shared_platform):
     platform = shared_platform
-    full = e2e_requested(request.config)
     platform.apply("low-a", NS, gpu_experiment(platform, iterations=14), labels("low"))
     # A queue that does not exist: said in Kueue's words, never a hang nor a timeout.
     platform.apply("lost", NS, gpu_experiment(platform, iterations=2), labels("low", queue="no-such-queue"))
@@ -158,13 +160,9 @@ def test_kueue_queues_and_preempts_without_losing_work(shared_platform, request)
     assert evicted is not None
     checkpointed = record["iteration"]
     assert checkpointed >= before, record  # the newest iteration, not the last periodic checkpoint
-    if full:  # the others run in turn: the high priority first, then the one queued first
-        platform.wait(
-            "the high-priority one Succeeded", "high", NS, lambda s: s.get("phase") == "Succeeded", 420
-        )
-        platform.wait("the waiting one Succeeded", "low-b", NS, lambda s: s.get("phase") == "Succeeded", 420)
-    else:  # make test: they have shown what they must; the GPU frees as they go
-        platform.stack.plane.kubectl_run("delete", "rlexperiment", "high", "low-b", "-n", NS, "--wait=true")
+    # The others run in turn: the high priority first, then the one queued first.
+    platform.wait("the high-priority one Succeeded", "high", NS, lambda s: s.get("phase") == "Succeeded", 420)
+    platform.wait("the waiting one Succeeded", "low-b", NS, lambda s: s.get("phase") == "Succeeded", 420)
     done = platform.wait(
         "the preempted one Succeeded", "low-a", NS, lambda s: s.get("phase") == "Succeeded", 600
     )

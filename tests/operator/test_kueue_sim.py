@@ -1,0 +1,180 @@
+"""Real Kueue queues and preempts experiments on a simulated cluster: ``make test``'s check of
+what ``tests/node/test_shared_cluster.py`` (``make e2e``) shows on real Pods.
+
+Real here: the control plane, KWOK's nodes (four CPU nodes, one GPU node), the kube-scheduler,
+KubeRay's operator, Kueue's controller with its webhooks (``testing.kueue``) and our operator in
+a process of its own (``testing.sim_cluster``). The queues are the Pod test's: a ClusterQueue
+whose quota holds one ``nvidia.com/gpu`` (and more CPU and memory than two experiments ask
+for, so that the GPU is what binds), a LocalQueue, two WorkloadPriorityClasses. Each experiment
+asks for a GPU learner, so one runs at a time:
+
+- labelled for a LocalQueue that does not exist: Queued, Kueue's words, no hang nor timeout;
+- a low-priority one is admitted and runs (KWOK makes its Pods Running, the job API stand-in
+  reports progress); a second of its priority waits, Queued for the GPU, with no Pods;
+- a high-priority one preempts the first (Queued, reason Preempted, one disruption) and runs;
+- once the high one and the waiting one are deleted, the preempted one is admitted again, runs
+  a new driver job and Succeeds when that job does (the stand-in's job is ended by hand).
+
+Not here, as nothing runs in the Pods: the preStop hook's checkpoint and the driver resuming
+from it (the Pod test's). Skips, saying what to build, without KWOK, KubeRay, Kueue or the
+scheduler. A control plane of its own, as ``test_sim_cluster``'s.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kubernetes
+import pytest
+
+from rltrainer_operator.builders.naming import raycluster_name
+from rltrainer_operator.queueing import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from rltrainer_operator.testing import kueue as kueue_objects
+from rltrainer_operator.testing.kueue import KueueController
+from rltrainer_operator.testing.sim_cluster import SimulatedCluster, experiment, missing_parts
+from tests.conftest import built_part, timeout_scale
+
+NS = "shared"
+QUEUE = "team-gpus"
+CLUSTER_QUEUE = "gpus"
+GROUP, VERSION, PLURAL = "rltrainer.io", "v1alpha1", "rlexperiments"
+
+
+def queued_experiment(name: str, priority: str, queue: str = QUEUE) -> dict[str, Any]:
+    """The simulated cluster's experiment (a GPU learner, a head, two rollouts: 5 CPUs, 12 GiB,
+    one GPU), labelled for ``queue`` at ``priority``."""
+    body = experiment(name, NS, gpu=True)
+    body["metadata"]["labels"] = {QUEUE_NAME_LABEL: queue, PRIORITY_CLASS_LABEL: priority}
+    return body
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+class Watcher:
+    """The experiments' statuses; every wait ends on the state it waits for and fails at once
+    on one that cannot lead there (an experiment Failed or restarted)."""
+
+    def __init__(self, sim: SimulatedCluster, logs: list[Any]) -> None:
+        self.custom = kubernetes.client.CustomObjectsApi(sim.api)
+        self.logs = logs
+
+    def status(self, name: str) -> dict[str, Any]:
+        body = self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+        return body.get("status") or {}
+
+    def create(self, body: dict[str, Any]) -> None:
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+
+    def wait(self, what: str, name: str, check, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s * timeout_scale()
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            for item in self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]:
+                other = item.get("status") or {}
+                if other.get("phase") == "Failed" or other.get("restarts"):
+                    raise AssertionError(f"{item['metadata']['name']} failed: {other}\n{self.tails()}")
+            status = self.status(name)
+            if check(status):
+                return status
+            time.sleep(0.5)
+        raise AssertionError(
+            f"timed out after {timeout_s:.0f} s waiting for {what}: {status}\n{self.tails()}"
+        )
+
+    def tails(self) -> str:
+        return "\n".join(part.log_tail(20) for part in self.logs)
+
+
+def test_kueue_queues_and_preempts_on_a_simulated_cluster():
+    missing = missing_parts()
+    if missing:
+        pytest.skip(missing)
+    binary = built_part("kueue")
+    # 4 CPU nodes, 1 GPU node (8 GPUs: the quota's one GPU binds, not the node); the operator
+    # ticks every second and each job trains an iteration a second.
+    with (
+        SimulatedCluster(5, [NS], gpu_node_share=0.2, iteration_s=1) as sim,
+        KueueController(sim.plane, binary) as kueue,
+        sim.operator(poll_interval_s=1) as operator,
+    ):
+        assert len(sim.gpu_nodes()) == 1
+        kueue.apply_queues(
+            kueue_objects.resource_flavor(),
+            kueue_objects.cluster_queue(
+                CLUSTER_QUEUE, {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1"}
+            ),
+            kueue_objects.local_queue(QUEUE, NS, CLUSTER_QUEUE),
+            kueue_objects.workload_priority_class("low", 100, "experiments that may wait"),
+            kueue_objects.workload_priority_class("high", 1000, "experiments that preempt"),
+        )
+        watcher = Watcher(sim, [operator, kueue])
+        core = kubernetes.client.CoreV1Api(sim.api)
+
+        def pods_of(name: str) -> list[Any]:
+            selector = f"ray.io/cluster={raycluster_name(name)}"
+            return core.list_namespaced_pod(NS, label_selector=selector).items
+
+        def running_pods(name: str) -> int:  # a head, a learner, two rollout workers
+            return sum(1 for pod in pods_of(name) if pod.status.phase == "Running")
+
+        # A queue that does not exist: said in Kueue's words, never a hang nor a timeout.
+        watcher.create(queued_experiment("lost", "low", queue="no-such-queue"))
+        watcher.create(queued_experiment("low-a", "low"))
+        lost = watcher.wait("lost Queued, named", "lost", lambda s: s.get("phase") == "Queued", 60)
+        assert condition(lost, "Queued")["reason"] == "Inadmissible", lost
+        assert "no-such-queue" in lost["message"] and "doesn't exist" in lost["message"], lost
+        running = watcher.wait(
+            "low-a Running with progress", "low-a",
+            lambda s: s.get("phase") == "Running" and s.get("iteration") is not None, 90,
+        )  # fmt: skip
+        assert condition(running, "Queued").get("status") == "False", running
+        first_job = running["jobId"]
+        watcher.wait("low-a's Pods Running", "low-a", lambda _: running_pods("low-a") == 4, 30)
+        learner = [pod for pod in pods_of("low-a") if pod.metadata.labels["ray.io/group"] == "learners"]
+        assert [pod.spec.node_name for pod in learner] == sorted(sim.gpu_nodes())
+
+        # The same priority: it waits for the GPU, saying so in Kueue's words; KubeRay makes no Pods.
+        watcher.create(queued_experiment("low-b", "low"))
+        waiting = watcher.wait(
+            "low-b Queued for the GPU", "low-b",
+            lambda s: s.get("phase") == "Queued" and "nvidia.com/gpu" in (s.get("message") or ""), 60,
+        )  # fmt: skip
+        assert condition(waiting, "Queued")["status"] == "True", waiting
+        assert pods_of("low-b") == []
+
+        # A higher priority preempts the first, and runs.
+        watcher.create(queued_experiment("high", "high"))
+        preempted = watcher.wait(
+            "low-a preempted", "low-a",
+            lambda s: s.get("phase") == "Queued" and s.get("disruptions") == 1, 60,
+        )  # fmt: skip
+        assert condition(preempted, "Queued")["reason"] == "Preempted", preempted
+        watcher.wait("high Running", "high", lambda s: s.get("phase") == "Running", 60)
+        watcher.wait("low-a's Pods gone", "low-a", lambda _: pods_of("low-a") == [], 30)
+        assert pods_of("low-b") == []
+        assert watcher.status("low-b")["phase"] == "Queued"
+
+        # They have shown what they must; the GPU frees as they go (the waiting one first, so
+        # that the quota the high one leaves goes to the preempted one).
+        watcher.delete("low-b")
+        watcher.delete("high")
+
+        resumed = watcher.wait(
+            "low-a Running again, a new job", "low-a",
+            lambda s: s.get("phase") == "Running" and s.get("jobId") != first_job, 90,
+        )  # fmt: skip
+        assert resumed["disruptions"] == 1 and not resumed.get("restarts"), resumed
+        assert condition(resumed, "Queued").get("status") == "False", resumed
+        watcher.wait("low-a's new Pods Running", "low-a", lambda _: running_pods("low-a") == 4, 30)
+
+        # The stand-in's job ends as a driver does at its stop: the experiment Succeeds.
+        sim.jobs.set(resumed["jobId"], "SUCCEEDED")
+        done = watcher.wait("low-a Succeeded", "low-a", lambda s: s.get("phase") == "Succeeded", 30)
+        assert done["disruptions"] == 1 and not done.get("restarts"), done
+        assert watcher.status("lost")["phase"] == "Queued"  # still waiting for its queue
