@@ -74,9 +74,9 @@ test: $(STAMP) system-deps parts
 # for KubeRay, the real S3 server, the fault matrix) and tests/node (the same journeys on real Pods on two
 # real nodes made by KubeRay's own operator, suspend/resume, a sweep, the S3 refusals, a Helm
 # release's upgrade, rollback and uninstall, and Kueue's queues, preemption, a drain and deleted pods
-# there too). About 35 minutes on 2 cores; `make test` runs the journeys shortened (a fixed number
-# of iterations instead of until solved), the node's bad-input cases, Kueue's queue and one
-# preemption, and the fault matrix's storage rows.
+# there too). About 35 minutes on 2 cores; `make test` runs the process journey shortened (a fixed
+# number of iterations instead of until solved), the node's bad-input cases and API server restart,
+# Kueue on the simulated cluster, and the fault matrix's storage rows (docs/design/testing.md).
 e2e: $(STAMP) system-deps parts
 	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/e2e tests/node
 
