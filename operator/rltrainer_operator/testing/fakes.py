@@ -1,12 +1,13 @@
 """Fakes for what the operator talks to besides Kubernetes, for tests and ``bench.operator``.
 
 - ``FakeRayJobs``: Ray's job submission REST API (``/api/jobs/``) on 127.0.0.1, over jobs held
-  in memory whose state the caller sets (``set``), with every submission and stop recorded;
-  with a ``token`` it checks ``Authorization: Bearer`` as Ray's token authentication does
-  (401 without one, 403 with a wrong one). One fake can stand in for many heads: a request
-  under ``/heads/<address>`` is a request to the head at ``address`` (recorded per job in
-  ``addresses``), and ``/progress/<namespace>/<name>`` answers what ``progress`` returns for an
-  experiment (the driver's ``progress.json``; see ``testing.sim_cluster``).
+  in memory whose state the caller sets (``set``, or ``before_job_read`` as each is read),
+  with every submission and stop recorded; with a ``token`` it checks ``Authorization:
+  Bearer`` as Ray's token authentication does (401 without one, 403 with a wrong one). One
+  fake can stand in for many heads: a request under ``/heads/<address>`` is a request to the
+  head at ``address`` (recorded per job in ``addresses``), and
+  ``/progress/<namespace>/<name>`` answers what ``progress`` returns for an experiment (the
+  driver's ``progress.json``; see ``testing.sim_cluster``).
 - ``FakeKubeRay``: writes RayCluster status the way KubeRay v1.6 does (conditions, head service,
   dashboard endpoint); ``FakeKubeRay.run_in_background()`` marks every new cluster ready.
 
@@ -46,6 +47,8 @@ class FakeRayJobs:
         self.addresses: dict[str, str] = {}  # submission id -> the head address it was sent to
         #: ``(namespace, name) -> progress.json's content or None`` for ``/progress/...``.
         self.progress: Callable[[str, str], dict[str, Any] | None] | None = None
+        #: Called with a job's id before each answer about it (the caller moves jobs on in time).
+        self.before_job_read: Callable[[str], None] | None = None
         self.lock = threading.Lock()
         fake = self
 
@@ -95,8 +98,7 @@ class FakeRayJobs:
                 parts = path.rstrip("/").split("/")
                 logs = parts[-1] == "logs"
                 job_id = parts[-2] if logs else parts[-1]
-                with fake.lock:
-                    job = fake.jobs.get(job_id)
+                job = fake._read(job_id)
                 if job is None:
                     self._answer(404, {"detail": "not found"})
                 else:
@@ -119,6 +121,13 @@ class FakeRayJobs:
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def _read(self, job_id: str) -> dict[str, Any] | None:
+        """A job as ``GET /api/jobs/<id>`` answers it, after ``before_job_read`` (None: no such job)."""
+        if self.before_job_read is not None:
+            self.before_job_read(job_id)
+        with self.lock:
+            return self.jobs.get(job_id)
 
     def _submit(self, head: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """``POST /api/jobs/`` to the head at ``head``: the job starts RUNNING."""

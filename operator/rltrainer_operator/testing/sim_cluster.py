@@ -26,7 +26,10 @@ The one stand-in: Ray. Nothing runs in the simulated Pods, so no head answers. `
 (``testing.fakes``) answers the operator's job API calls for every head (the operator process
 sends each call for ``http://<head>:<port>`` through it, which records the address), and
 reports each experiment's progress, which the operator would read from ``progress.json`` in S3:
-a submitted job runs until the cluster is stopped, one iteration every ``iteration_s``.
+a submitted job runs until the cluster is stopped, one iteration every ``iteration_s``. A sweep's
+job (``SimulatedSweep``, read from the job's command line as the driver reads it) runs its
+trials ``--max-concurrent-trials`` at a time, reports them by state and the best one as the
+driver's Tune callback does, and succeeds once every trial has terminated.
 
     with SimulatedCluster(nodes=100, namespaces=["sim"]) as sim, sim.operator() as operator:
         sim.create_experiments("sim", [experiment(f"exp-{i}", "sim") for i in range(100)])
@@ -39,7 +42,10 @@ with ``RLTRAINER_KEEP_SIM_FILES=1``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -55,6 +61,8 @@ from typing import Any
 import kubernetes
 import yaml
 
+from rltrainer.tune.search_space import holds_search_space
+from rltrainer_operator.sweep import grid_size
 from rltrainer_operator.testing import parts, usage
 from rltrainer_operator.testing.envtest import (
     MISSING_ASSETS,
@@ -170,6 +178,84 @@ def experiment(name: str, namespace: str, gpu: bool = True) -> dict[str, Any]:
     }
 
 
+#: A sweep trial's iterations when its stop criteria name none (``training_iteration``).
+TRIAL_ITERATIONS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedSweep:
+    """A sweep's driver as the stand-in plays it, from the job's command line as ``rltrainer
+    train`` reads it: ``trials`` (the grid's combinations times ``--num-samples``), at most
+    ``concurrency`` running at once (``--max-concurrent-trials``), each running ``iterations``
+    (``--stop``'s ``training_iteration``): first in, first out, so trial ``i`` runs in wave
+    ``i // concurrency``. Each trial's metric rises with its iterations at a pace of its own."""
+
+    trials: int
+    concurrency: int
+    iterations: int
+    prefix: str  # "<storage path>/<name>/<algorithm>": the trials' folders and names
+    metric: str
+    mode: str
+
+    @classmethod
+    def of(cls, entrypoint: str) -> SimulatedSweep | None:
+        """The sweep the job runs (None: a single run)."""
+        args = shlex.split(entrypoint)
+
+        def flag(name: str, default: str | None = None) -> str | None:
+            return args[args.index(name) + 1] if name in args else default
+
+        config = json.loads(flag("--config", "{}"))
+        if "--num-samples" not in args and not any(holds_search_space(v) for v in config.values()):
+            return None
+        trials = grid_size(config) * int(flag("--num-samples", "1"))
+        stop = json.loads(flag("--stop", "{}"))
+        return cls(
+            trials=trials,
+            concurrency=min(trials, int(flag("--max-concurrent-trials", str(trials)))),
+            iterations=max(1, int(stop.get("training_iteration", TRIAL_ITERATIONS))),
+            prefix=f"{flag('--storage-path')}/{flag('--name')}/{flag('--algo')}",
+            metric=flag("--metric", "episode_return_mean"),
+            mode=flag("--mode", "max"),
+        )
+
+    def progress(self, iterations: int) -> dict[str, Any]:
+        """``progress.json`` (``rltrainer.tune.sweep.SweepProgress``'s fields) once the sweep
+        has run ``iterations`` of its waves' iterations."""
+        waves, into_wave = divmod(iterations, self.iterations)
+        terminated = min(self.trials, waves * self.concurrency)
+        running = min(self.concurrency, self.trials - terminated)
+        reported = {i: self.iterations for i in range(terminated)}
+        reported.update({i: into_wave for i in range(terminated, terminated + running) if into_wave})
+        values = {i: self._metric(i, done) for i, done in reported.items()}
+        sign = -1 if self.mode == "max" else 1
+        best = min(values, key=lambda i: (sign * values[i], i), default=None)  # the earlier wins a tie
+        return {
+            "sweep": True,
+            "trials": {
+                "PENDING": self.trials - terminated - running,
+                "RUNNING": running,
+                "TERMINATED": terminated,
+            },
+            "metric": self.metric,
+            "mode": self.mode,
+            "best_trial": None if best is None else self._name(best),
+            "best_metric": None if best is None else values[best],
+            "best_checkpoint": None
+            if best is None
+            else f"{self.prefix}_{best:05d}/checkpoint_{reported[best] - 1:06d}",
+            "finished": terminated == self.trials,
+            "updated_at": time.time(),
+        }
+
+    def _name(self, trial: int) -> str:
+        return f"{self.prefix.rsplit('/', 1)[1]}_{trial:05d}"
+
+    def _metric(self, trial: int, iterations: int) -> float:
+        pace = 1.0 + (trial * 7919 % 101) / 100  # a spread of learning speeds, fixed per trial
+        return round(min(500.0, 20.0 + 4.0 * pace * iterations), 1)
+
+
 def kwok_config(path: Path) -> Path:
     """KWOK's configuration: the stages of ``KWOK_STAGES``, from the module's own files, and
     ``KWOK_PARALLELISM``."""
@@ -235,6 +321,9 @@ class SimulatedCluster:
         self._procs = Processes(self.root / "logs")
         self._operators: list[OperatorProcess] = []
         self._job_started: dict[tuple[str, str], float] = {}  # (namespace, name) -> its job's start
+        #: (namespace, name) -> its job's id and sweep (None: a single run)
+        self._job_runs: dict[tuple[str, str], tuple[str, SimulatedSweep | None]] = {}
+        self._job_experiments: dict[str, tuple[str, str]] = {}  # job id -> (namespace, name)
         self._seen_submissions = 0
         self._lock = threading.Lock()
         self.start_seconds: dict[str, float] = {}  # how long each part of ``start`` took
@@ -268,6 +357,7 @@ class SimulatedCluster:
             self.kuberay.start()
             self.jobs = FakeRayJobs()
             self.jobs.progress = self.progress
+            self.jobs.before_job_read = self._job_read
             took("scheduler and KubeRay")
         except BaseException:
             self.stop()
@@ -341,17 +431,21 @@ class SimulatedCluster:
 
     def progress(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The experiment's ``progress.json`` as its driver would write it: one iteration every
-        ``iteration_s`` since its job started (None before any job)."""
+        ``iteration_s`` since its job started (None before any job). A sweep's
+        (``SimulatedSweep``): its trials by state and the best one; its job succeeds once all
+        have terminated (the driver exits after its last write)."""
         with self._lock:
-            submissions = self.jobs.submissions
-            for body in submissions[self._seen_submissions :]:
-                experiment_ = body.get("metadata", {}).get("rltrainer.io/experiment", "")
-                self._job_started[tuple(experiment_.split("/", 1))] = time.time()
-            self._seen_submissions = len(submissions)
+            self._note_jobs()
             started = self._job_started.get((namespace, name))
+            job_id, sweep = self._job_runs.get((namespace, name), ("", None))
         if started is None:
             return None
         iteration = int((time.time() - started) / self.iteration_s) + self.iterations_added
+        if sweep is not None:
+            progress = sweep.progress(iteration)
+            if progress["finished"] and self.jobs.jobs.get(job_id, {}).get("status") == "RUNNING":
+                self.jobs.set(job_id, "SUCCEEDED", "every trial terminated")
+            return progress
         return {
             "iteration": iteration,
             "timesteps": iteration * 4000,
@@ -361,6 +455,27 @@ class SimulatedCluster:
     def advance(self, iterations: int) -> None:
         """Every job trains ``iterations`` more at once (as while an operator was away)."""
         self.iterations_added += iterations
+
+    def _note_jobs(self) -> None:
+        """Start the clock of each job submitted since the last call (``_lock`` held)."""
+        submissions = self.jobs.submissions
+        for body in submissions[self._seen_submissions :]:
+            experiment_ = body.get("metadata", {}).get("rltrainer.io/experiment", "")
+            key = tuple(experiment_.split("/", 1))
+            self._job_started[key] = time.time()
+            self._job_runs[key] = (body["submission_id"], SimulatedSweep.of(body["entrypoint"]))
+            self._job_experiments[body["submission_id"]] = key
+        self._seen_submissions = len(submissions)
+
+    def _job_read(self, job_id: str) -> None:
+        """Before the job API answers about ``job_id``: a sweep whose trials have all
+        terminated has ended (``progress``), whether or not its progress was read since."""
+        with self._lock:
+            self._note_jobs()
+            key = self._job_experiments.get(job_id)
+            sweep = self._job_runs[key][1] if key is not None else None
+        if sweep is not None:
+            self.progress(*key)
 
     # --------------------------------------------------------------------------------- the workload
 
