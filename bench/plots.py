@@ -79,6 +79,16 @@ HEADERS = {
     "restart_all_current_s": "restart: all statuses current after (s)",
     "restart_first_minute_requests_per_experiment": "restart: requests per experiment, first minute",
     "load_1min": "1-min load, start - end",
+    "concurrency": "trials at once",
+    "pods_running_s": "cluster's Pods Running after (s)",
+    "kuberay_created_pods": "Pods KubeRay made",
+    "expected_pods": "1 + at once x Pods per trial",
+    "all_terminated_s": "all trials terminated in the status after (s)",
+    "terminated_after_driver_end_s": "terminated after the driver's end (s)",
+    "succeeded_s": "Succeeded after (s)",
+    "trials_operator_requests_per_min": "operator requests per min, trials running (no permission check)",
+    "whole_operator_cpu_percent": "operator CPU (% of a core)",
+    "status_bytes": "status size (bytes)",
 }
 LIBRARIES = ("rltrainer", "Stable-Baselines3", "sb3-contrib", "RLlib")
 COLORS = {
