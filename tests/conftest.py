@@ -20,11 +20,6 @@ os.environ.setdefault("RLTRAINER_OPERATOR_POLL_INTERVAL_S", "1")
 # latest cluster: a worker never attaches to the other's.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("RAY_TMPDIR", f"/tmp/ray-{os.environ['PYTEST_XDIST_WORKER']}")
-# Ray starts its workers at nice 15 (its raylet and GCS go first). On a machine busy with other
-# work at nice 0 (a build, another job: #58's loaded runs) CFS then gives each worker about 1/36
-# of a core, and a test that waits on one waits past any deadline. The suite's Ray workers run at
-# the priority of the test that started them, so a busy machine slows them as much as the test.
-os.environ.setdefault("RAY_worker_niceness", "0")
 # The key the operator derives each experiment's Ray token from (the chart generates one).
 os.environ.setdefault("RLTRAINER_OPERATOR_RAY_TOKEN_KEY", "test-ray-token-key")
 
