@@ -51,15 +51,7 @@ def shared_platform(monkeypatch, control_plane, node, gpu_node, gpu_images, kube
         # which outlives the test on the session's control plane.
         control_plane.kubectl_run("delete", "secret", "s3-creds", "-n", NS, "--ignore-not-found")
         platform.credentials_secret(NS)
-        kueue.apply_queues(
-            kueue_objects.resource_flavor(),
-            kueue_objects.cluster_queue(
-                CLUSTER_QUEUE, {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1"}
-            ),
-            kueue_objects.local_queue(QUEUE, NS, CLUSTER_QUEUE),
-            kueue_objects.workload_priority_class("low", 100, "experiments that may wait"),
-            kueue_objects.workload_priority_class("high", 1000, "experiments that preempt"),
-        )
+        kueue.apply_queues(*kueue_objects.one_gpu_queues(NS, QUEUE, CLUSTER_QUEUE))
         yield platform
         control_plane.kubectl_run("delete", "localqueue", QUEUE, "-n", NS, "--ignore-not-found", check=False)
         control_plane.kubectl_run("delete", "clusterqueue", CLUSTER_QUEUE, "--ignore-not-found", check=False)

@@ -104,15 +104,7 @@ def test_kueue_queues_and_preempts_on_a_simulated_cluster():
         sim.operator(poll_interval_s=1) as operator,
     ):
         assert len(sim.gpu_nodes()) == 1
-        kueue.apply_queues(
-            kueue_objects.resource_flavor(),
-            kueue_objects.cluster_queue(
-                CLUSTER_QUEUE, {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1"}
-            ),
-            kueue_objects.local_queue(QUEUE, NS, CLUSTER_QUEUE),
-            kueue_objects.workload_priority_class("low", 100, "experiments that may wait"),
-            kueue_objects.workload_priority_class("high", 1000, "experiments that preempt"),
-        )
+        kueue.apply_queues(*kueue_objects.one_gpu_queues(NS, QUEUE, CLUSTER_QUEUE))
         watcher = Watcher(sim, [operator, kueue])
         core = kubernetes.client.CoreV1Api(sim.api)
 

@@ -280,3 +280,17 @@ def workload_priority_class(name: str, value: int, description: str = "") -> dic
         "value": value,
         "description": description,
     }
+
+
+def one_gpu_queues(namespace: str, queue: str, cluster_queue_name: str) -> list[dict[str, Any]]:
+    """The tests' shared GPU cluster as a platform team sets it up (docs/guide/shared-clusters.md):
+    a flavor, a ClusterQueue whose quota holds one ``nvidia.com/gpu`` (and more CPU and memory
+    than the experiments ask for, so that the GPU is what binds), a LocalQueue in ``namespace``,
+    and the priority classes ``low`` (100) and ``high`` (1000)."""
+    return [
+        resource_flavor(),
+        cluster_queue(cluster_queue_name, {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1"}),
+        local_queue(queue, namespace, cluster_queue_name),
+        workload_priority_class("low", 100, "experiments that may wait"),
+        workload_priority_class("high", 1000, "experiments that preempt"),
+    ]
