@@ -43,7 +43,6 @@ LONG_FIRST = (
     "test_distributed.py",
     "test_sim_cluster.py",
     "test_handlers.py",
-    "test_kueue_sim.py",
     "test_cql.py",
     "test_impala_appo.py",
     "test_startup.py",

@@ -8,7 +8,7 @@ namespace, and two WorkloadPriorityClasses. Each experiment asks for a GPU learn
 runs at a time.
 
 Only ``make e2e`` runs these. ``make test`` runs a smaller check of the same operator behaviour
-with real Kueue on a simulated cluster (``tests/operator/test_kueue_sim.py``: KWOK's nodes, no
+with real Kueue on a simulated cluster (``tests/operator/test_sim_cluster.py``: KWOK's nodes, no
 Ray in the Pods, so no preStop checkpoint and no resumed training).
 
 The queue and one preemption: a low-priority experiment runs; a second one of its priority

@@ -422,7 +422,8 @@ class SimulatedCluster:
     # ------------------------------------------------------------------------------------- the operator
 
     def operator(self, **options: Any) -> OperatorProcess:
-        """Our operator in a process of its own (not started; a context manager)."""
+        """Our operator in a process of its own (not started; a context manager); ``options``:
+        ``OperatorProcess``'s."""
         process = OperatorProcess(self, **options)
         self._operators.append(process)
         return process
@@ -498,23 +499,28 @@ class SimulatedCluster:
                 create(body)
         return time.monotonic() - started
 
-    def experiments(self) -> list[dict[str, Any]]:
+    def experiments(self, namespaces: list[str] | None = None) -> list[dict[str, Any]]:
+        """The experiments of ``namespaces`` (default: every namespace created here)."""
         custom = kubernetes.client.CustomObjectsApi(self.api)
         return [
             item
-            for namespace in self.namespaces
+            for namespace in namespaces or self.namespaces
             for item in custom.list_namespaced_custom_object(
                 "rltrainer.io", "v1alpha1", namespace, "rlexperiments", resource_version="0"
             )["items"]
         ]
 
-    def phases(self) -> Counter:
+    def phases(self, namespaces: list[str] | None = None) -> Counter:
         """How many experiments are in each phase (None: no status yet)."""
-        return Counter((item.get("status") or {}).get("phase") for item in self.experiments())
+        return Counter((item.get("status") or {}).get("phase") for item in self.experiments(namespaces))
 
-    def pods(self) -> list[Any]:
+    def pods(self, namespaces: list[str] | None = None) -> list[Any]:
         core = kubernetes.client.CoreV1Api(self.api)
-        return [pod for namespace in self.namespaces for pod in core.list_namespaced_pod(namespace).items]
+        return [
+            pod
+            for namespace in namespaces or self.namespaces
+            for pod in core.list_namespaced_pod(namespace).items
+        ]
 
     def nodes_not_ready(self) -> int:
         """Simulated nodes not Ready now (a lease KWOK renewed too late: their Pods are marked
@@ -548,13 +554,21 @@ class OperatorProcess:
     (its requests are told apart by user agent) and the job API stand-in
     (``testing.sim_operator``); a context manager.
 
-    ``poll_interval_s``: the chart's default timer (10 s). Readings: ``pid``, ``rss_bytes()``,
+    ``poll_interval_s``: the chart's default timer (10 s). ``namespaces``: watch only these (the
+    chart's ``watch.namespaces``) rather than every namespace. Readings: ``pid``, ``rss_bytes()``,
     ``peak_rss_bytes()``, ``cpu_seconds()``, ``metrics()`` (its Prometheus text)."""
 
-    def __init__(self, sim: SimulatedCluster, poll_interval_s: float = 10.0, name: str = "operator") -> None:
+    def __init__(
+        self,
+        sim: SimulatedCluster,
+        poll_interval_s: float = 10.0,
+        name: str = "operator",
+        namespaces: list[str] | None = None,
+    ) -> None:
         self.sim = sim
         self.poll_interval_s = poll_interval_s
         self.name = name
+        self.namespaces = namespaces
         self.metrics_port = 0
         self.starts = 0
 
@@ -575,7 +589,11 @@ class OperatorProcess:
             "rltrainer_operator.testing.sim_operator",
             f"--liveness=http://127.0.0.1:{liveness}/healthz",
         ]
-        argv.append("--all-namespaces")  # the chart's default (watch.clusterWide)
+        if self.namespaces:  # as the chart passes watch.namespaces
+            argv += [f"--namespace={namespace}" for namespace in self.namespaces]
+            environment["RLTRAINER_OPERATOR_WATCH_NAMESPACES"] = ",".join(self.namespaces)
+        else:
+            argv.append("--all-namespaces")  # the chart's default (watch.clusterWide)
         self.starts += 1
         self.sim._procs.launch(self.name, argv, env=environment)
         try:
