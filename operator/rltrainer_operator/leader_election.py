@@ -145,6 +145,7 @@ class Candidate:
                 lease.spec.holder_identity = ""
                 lease.spec.lease_duration_seconds = 1
                 bounded.replace_namespaced_lease(self.lease, self.namespace, lease)
+                logger.info("%s released Lease %s/%s", self.identity, self.namespace, self.lease)
         except Exception as err:  # noqa: BLE001 - it expires by itself anyway
             logger.info("could not release Lease %s/%s: %s", self.namespace, self.lease, err)
 
