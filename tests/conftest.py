@@ -240,10 +240,12 @@ def real_s3(tmp_path_factory):
     first test that asks for it (~5 s), stopped at the end of the session."""
     from rltrainer_operator.testing.s3_server import S3Server
 
-    with S3Server(
-        built_part("seaweedfs"), tmp_path_factory.mktemp("s3"), buckets=list(TEST_BUCKETS)
-    ) as server:
+    server = S3Server(built_part("seaweedfs"), tmp_path_factory.mktemp("s3"), buckets=list(TEST_BUCKETS))
+    server.start()
+    try:
         yield server
+    finally:
+        server.stop(graceful=False)  # SeaweedFS takes 10-15 s to end on SIGTERM; the data is the session's
 
 
 def use_s3_identity(monkeypatch: pytest.MonkeyPatch, server, identity: str = "trainer") -> None:

@@ -33,10 +33,12 @@ NAME = "through-upgrades"
 @pytest.fixture
 def s3(pod_network, tmp_path):
     """The real S3 server on the pod network's gateway, where Pods reach it."""
-    with S3Server(
-        built_part("seaweedfs"), tmp_path / "s3", host=pod_network.gateway, buckets=[BUCKET]
-    ) as server:
+    server = S3Server(built_part("seaweedfs"), tmp_path / "s3", host=pod_network.gateway, buckets=[BUCKET])
+    server.start()
+    try:
         yield server
+    finally:
+        server.stop(graceful=False)  # SeaweedFS takes 10-15 s to end on SIGTERM; the data is the test's
 
 
 def secret(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:
