@@ -18,8 +18,11 @@ cartpole-sweep:
   stop: {training_iteration: 2}
   config:
     lr: {grid_search: [0.001, 0.0001]}
-    train_batch_size: 400
-    minibatch_size: 100
+    # small iterations: the test is about the sweep, not what its trials learn
+    train_batch_size: 64
+    minibatch_size: 64
+    num_epochs: 1
+    model: {fcnet_hiddens: [16]}
 """
 
 

@@ -78,7 +78,11 @@ def test_rows_and_env_actions_convert_both_ways():
 def test_ppo_learns_dict_actions_and_acts_in_the_space(tmp_path):
     algo = panel_ppo().reporting(storage_path=str(tmp_path)).build()
     try:
-        returns = [algo.train()["episode_return_mean"] for _ in range(25)]
+        returns: list[float] = []
+        for _ in range(25):  # until it reaches 10 (from seed 0: in about 11 iterations)
+            returns.append(algo.train()["episode_return_mean"])
+            if returns[-1] >= 10:
+                break
         assert returns[0] < 5 and max(returns) >= 10, returns  # the env raises on an action outside the space
         action = algo.compute_single_action(np.zeros(3, np.float32), explore=False)
         assert SPACE.contains(action) and action["buttons"][0] == 1
@@ -148,7 +152,7 @@ def test_an_lstm_reads_previous_dict_actions_and_replays_the_sampler_exactly():
 def test_dict_actions_with_remote_runners_and_an_lstm():
     algo = (
         panel_ppo()
-        .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=4)
         .training(model={"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8})
         .build()
     )

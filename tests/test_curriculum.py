@@ -228,7 +228,7 @@ def test_envs_in_remote_runners_read_a_named_actor(tmp_path):
     # The env check at build() would start one episode in the driver's env (the coordinator
     # counts it); this test counts the episodes the runners sample.
     cfg.environment(disable_env_checking=True)
-    algo = cfg.env_runners(num_env_runners=2).build()
+    algo = cfg.env_runners(num_env_runners=1).build()  # its envs live in a process of their own
     try:
         ray.get(coordinator.set_level.remote(3))
         algo.train()

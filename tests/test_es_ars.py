@@ -198,7 +198,8 @@ def test_lean_episodes_match_the_runners_loop_and_callbacks_keep_the_loop():
         def on_episode_step(self, **kwargs):
             pass
 
-    algo = config.callbacks(CountSteps).build()
+    # A small batch: the loop's episodes only need to happen.
+    algo = config.callbacks(CountSteps).training(episodes_per_batch=2, train_batch_size=20).build()
     try:
         assert lean_episodes(algo.env_runner_group.local_worker()) is None
         assert algo.train()["episodes_this_iter"] > 0

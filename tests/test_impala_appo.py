@@ -217,12 +217,16 @@ def test_driver_sampling_trains_and_reports(config_class):
 
 
 def test_appo_target_network_and_kl_coefficient_follow_their_settings():
-    algo = small(APPOConfig, use_kl_loss=True, kl_coeff=0.5, target_network_update_freq=2_000).build()
+    # One 400-step rollout per update: the target moves at the second update, not the first.
+    freq = 600
+    algo = small(
+        APPOConfig, use_kl_loss=True, kl_coeff=0.5, target_network_update_freq=freq, train_batch_size=400
+    ).build()
     try:
         learner = algo.learner_group.local_learner
         first = algo.train()
         assert first["num_target_updates"] == 0 and first["kl"] == 0  # the target is the start
-        while algo.counters.num_env_steps_trained < 2_000:
+        while algo.counters.num_env_steps_trained < freq:
             result = algo.train()
         assert result["num_target_updates"] == 1
         for target, online in zip(learner.target.parameters(), learner.module.parameters(), strict=True):
@@ -232,7 +236,7 @@ def test_appo_target_network_and_kl_coefficient_follow_their_settings():
         coeff = learner.kl_coeff
         for kl, factor in ((0.05, 1.5), (0.001, 0.5), (0.01, 1.0)):
             stats = {"kl": kl}
-            learner.after_update(2_000, stats)
+            learner.after_update(freq, stats)
             assert stats["cur_kl_coeff"] == pytest.approx(coeff * factor)
             coeff = learner.kl_coeff
         learner.after_update(10, stats := {"kl": 1.0})  # no target update: no change
@@ -307,7 +311,7 @@ def test_a_straggling_runner_does_not_hold_the_learner_back():
     )
     algo = config.build()
     try:
-        algo.train()  # warm-up: actors start
+        algo.workers.foreach_worker(lambda runner: runner.ping(), local_worker=False)  # both are up
         result = algo.train()
         assert result["time_this_iter_s"] < 7.5
         # Each update needs 2 fast fragments: at least dozens in 5 s against at most 2 in lockstep.
@@ -374,7 +378,12 @@ def test_on_learn_on_batch_sees_whole_trajectories():
 
 @pytest.mark.usefixtures("local_ray")
 def test_two_ddp_learners_hold_identical_weights_and_target_networks():
-    config = remote(APPOConfig, runners=1).resources(num_learners=2).training(minibatch_size=200)
+    config = (
+        remote(APPOConfig, runners=1)
+        .resources(num_learners=2)
+        .training(minibatch_size=200)
+        .reporting(min_time_s_per_iteration=0)  # one update per iteration
+    )
     algo = config.build()
     try:
         for _ in range(2):

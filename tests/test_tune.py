@@ -22,6 +22,14 @@ pytestmark = pytest.mark.usefixtures("local_ray")
 
 # Small PPO iterations: a sweep's trials take about a second each.
 FAST = {"env": "CartPole-v1", "train_batch_size": 400, "minibatch_size": 100, "num_epochs": 2}
+# Smaller still where a test is about Tune's plumbing, not about what the trials learn.
+TINY = {
+    "env": "CartPole-v1",
+    "train_batch_size": 64,
+    "minibatch_size": 64,
+    "num_epochs": 1,
+    "model": {"fcnet_hiddens": [16]},
+}
 
 
 def run_config(tmp_path: Path, name: str, stop: dict, **kwargs) -> tune.RunConfig:
@@ -29,11 +37,7 @@ def run_config(tmp_path: Path, name: str, stop: dict, **kwargs) -> tune.RunConfi
 
 
 def test_grid_by_name_and_best_checkpoint_restores(tmp_path):
-    config = (
-        PPOConfig()
-        .environment("CartPole-v1")
-        .training(lr=tune.grid_search([1e-3, 3e-4, 0.0]), train_batch_size=400, minibatch_size=100)
-    )
+    config = PPOConfig().update_from_dict(TINY).training(lr=tune.grid_search([1e-3, 3e-4, 0.0]))
     results = tune.Tuner(
         "PPO",
         param_space=config,
@@ -66,7 +70,15 @@ def test_grid_by_name_and_best_checkpoint_restores(tmp_path):
 def test_tune_run_with_the_class_and_its_analysis(tmp_path):
     analysis = tune.run(
         DQN,
-        config={"env": "CartPole-v1", "num_steps_sampled_before_learning_starts": 100},
+        # short iterations (each samples 1000 steps by default) of a small network
+        config={
+            "env": "CartPole-v1",
+            "num_steps_sampled_before_learning_starts": 100,
+            "min_sample_timesteps_per_iteration": 200,
+            "rollout_fragment_length": 20,
+            "model": {"fcnet_hiddens": [16]},
+            "hiddens": [16],
+        },
         stop={"training_iteration": 2},
         checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
         storage_path=str(tmp_path),
@@ -104,7 +116,7 @@ def test_an_env_registered_with_tunes_register_env(tmp_path):
     """RLlib's documents register custom envs with Tune's ``register_env``: the name reaches the
     driver's runner, remote runners and Tune's trial actors."""
     tune.register_env("tune-registered-cartpole", short_cartpole)
-    config = PPOConfig().update_from_dict({**FAST, "env": "tune-registered-cartpole", "num_env_runners": 1})
+    config = PPOConfig().update_from_dict({**TINY, "env": "tune-registered-cartpole", "num_env_runners": 1})
     algo = config.environment(env_config={"steps": 7}).build()
     try:
         assert algo.train()["episode_len_mean"] <= 7
@@ -113,7 +125,7 @@ def test_an_env_registered_with_tunes_register_env(tmp_path):
         algo.stop()
     results = tune.Tuner(
         "PPO",
-        param_space={**FAST, "env": "tune-registered-cartpole", "env_config": {"steps": 5}},
+        param_space={**TINY, "env": "tune-registered-cartpole", "env_config": {"steps": 5}},
         run_config=run_config(tmp_path, "registered", {"training_iteration": 1}),
     ).fit()
     assert not results.errors
@@ -121,7 +133,7 @@ def test_an_env_registered_with_tunes_register_env(tmp_path):
 
 
 def test_trial_actors_use_the_trial_placement_group(tmp_path):
-    config = {**FAST, "num_env_runners": 1, "callbacks_class": RecordPlacement}
+    config = {**TINY, "num_env_runners": 1, "callbacks_class": RecordPlacement}
     bundles = PPO.default_resource_request(PPOConfig().update_from_dict(config).to_dict()).bundles
     assert bundles == [{"CPU": 1.0}, {"CPU": 1.0}]  # the driver (the trial actor), then the env runner
     results = tune.Tuner(
@@ -219,7 +231,7 @@ class KillOnce(DefaultCallbacks):
 def test_a_killed_trial_resumes_from_its_last_checkpoint(tmp_path):
     results = tune.Tuner(
         "PPO",
-        param_space={**FAST, "callbacks_class": KillOnce},
+        param_space={**TINY, "callbacks_class": KillOnce},
         run_config=run_config(
             tmp_path,
             "killed",
@@ -233,7 +245,7 @@ def test_a_killed_trial_resumes_from_its_last_checkpoint(tmp_path):
     assert final["training_iteration"] == 4
     # Restored from iteration 2's checkpoint: two iterations since the restore, counters carried on.
     assert final["iterations_since_restore"] == 2
-    assert final["timesteps_total"] >= 4 * FAST["train_batch_size"]
+    assert final["timesteps_total"] >= 4 * TINY["train_batch_size"]
 
 
 def test_a_search_space_on_a_rejected_value_fails_at_the_builder():
@@ -262,6 +274,6 @@ def test_an_unknown_key_in_param_space_fails_the_sweep_once(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key 'lrr' \(did you mean 'lr'\?\)"):
         tune.Tuner(
             "PPO",
-            param_space={**FAST, "lrr": tune.grid_search([1e-3, 1e-4])},
+            param_space={**TINY, "lrr": tune.grid_search([1e-3, 1e-4])},
             run_config=run_config(tmp_path, "bad", {"training_iteration": 1}),
         ).fit()
