@@ -164,28 +164,18 @@ def test_tuned_example_reaches_150(tmp_path, name, config_class):
 
 
 # --- remote env runners and learners ----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ray_with_room():
-    """Local Ray with logical CPUs for the driver, 2 env runners and 2 learners."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=5, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.parametrize(
     ("config_class", "learner_class", "training"),
     [(A2CConfig, A2CLearner, {"microbatch_size": 24}), (PGConfig, PGLearner, {})],
 )
-@pytest.mark.usefixtures("ray_with_room")
+@pytest.mark.usefixtures("local_ray")
 def test_remote_env_runners_and_ddp_learners(tmp_path, config_class, learner_class, training):
+    # Half a CPU per runner: the driver, 2 runners and 2 learners fit the shared cluster's 4 CPUs
+    # (no Ray instance of this module's own to start).
     config = (
         tiny(config_class, tmp_path, **training)
         .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
-        .resources(num_learners=2)
+        .resources(num_learners=2, num_cpus_per_env_runner=0.5)
     )
     algo = config.build()
     try:

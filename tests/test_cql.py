@@ -354,6 +354,9 @@ def test_cql_learns_pendulum_from_recorded_sac_data(tmp_path, sac_replay):
     after 14 iterations (3,500 gradient steps; about 20 s on 2 cores), within a budget of 24."""
     spec = yaml.safe_load((ROOT / "tuned_examples" / "cql_pendulum.yaml").read_text())["pendulum-cql"]
     config = CQLConfig().update_from_dict({**spec["config"], "env": "Pendulum-v1", "input": str(sac_replay)})
+    # One torch thread, not the example's two: on the suite's busy cores the second thread spins
+    # waiting for its share, many times the update's own CPU (measured 20x); the algorithm is the same.
+    config.resources(num_cpus_for_main_process=1)
     started = time.perf_counter()
     algo = config.reporting(storage_path=str(tmp_path)).build()
     try:

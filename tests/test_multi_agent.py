@@ -60,6 +60,13 @@ def two_cartpoles(tmp_path, **multi_agent) -> PPOConfig:
     )
 
 
+def one_quick_update(config: PPOConfig) -> PPOConfig:
+    """One fragment and one Adam step per policy a ``train()``: enough where the test needs
+    trained weights, not learning."""
+    config.env_runners(num_envs_per_env_runner=2, rollout_fragment_length=64)
+    return config.training(train_batch_size=128, minibatch_size=128, num_epochs=1)
+
+
 def get_weights(learner):
     return learner.get_weights()
 
@@ -106,10 +113,13 @@ def test_shared_policy_learns_simple_spread(tmp_path):
     algo = config.build()
     try:
         first = algo.train()
-        for _ in range(11):
+        start = first["policy_reward_mean"]["shared"]
+        for _ in range(11):  # seed 0 gains 4 after 6 iterations, 6 after 12
             result = algo.train()
+            end = result["policy_reward_mean"]["shared"]
+            if end >= start + 4.0:
+                break
         assert result["num_agent_steps_sampled"] == 2 * result["num_env_steps_sampled"]
-        start, end = first["policy_reward_mean"]["shared"], result["policy_reward_mean"]["shared"]
         assert end >= start + 4.0, (start, end)  # about -21 (random) to -15 in 24k env steps
     finally:
         algo.stop()
@@ -133,8 +143,10 @@ def test_rock_paper_scissors_learner_beats_a_frozen_heuristic(tmp_path):
     algo = config.build()
     try:
         opponent = weights_of(algo.get_policy("opponent"))
-        for _ in range(10):
+        for _ in range(10):  # seed 0 passes 10 after 7 iterations
             result = algo.train()
+            if result["policy_reward_mean"]["learner"] >= 10.0:
+                break
         assert result["policy_reward_mean"]["learner"] >= 10.0  # of 15 rounds (+1 a win, -1 a loss)
         assert result["policy_reward_mean"]["opponent"] == -result["policy_reward_mean"]["learner"]
         assert set(result["info"]["learner"]) == {"learner"}
@@ -277,8 +289,8 @@ def test_self_play_snapshots_join_as_frozen_opponents_and_leave(tmp_path):
     def mapping(agent_id, episode, worker, **kwargs):
         return "main" if agent_id == 0 else "main_v1"
 
-    algo = two_cartpoles(
-        tmp_path, policies={"main", "opponent"}, policy_mapping_fn=learner_vs_opponent_ids
+    algo = one_quick_update(
+        two_cartpoles(tmp_path, policies={"main", "opponent"}, policy_mapping_fn=learner_vs_opponent_ids)
     ).build()
     try:
         algo.train()
@@ -309,7 +321,7 @@ def learner_vs_opponent_ids(agent_id, episode=None, worker=None, **kwargs):
 
 
 def test_checkpoints_hold_a_file_per_policy_and_policies_load_alone(tmp_path):
-    algo = two_cartpoles(tmp_path, policies_to_train=["p0"]).build()
+    algo = one_quick_update(two_cartpoles(tmp_path, policies_to_train=["p0"])).build()
     try:
         algo.train()
         path = algo.save(str(tmp_path / "ckpt"))
@@ -414,7 +426,8 @@ def test_algorithms_without_multi_agent_support_say_which_have_it():
 
 
 def test_a_multi_agent_env_alone_trains_one_shared_default_policy(tmp_path):
-    algo = PPOConfig().environment(MultiAgentCartPole).reporting(storage_path=str(tmp_path)).build()
+    config = PPOConfig().environment(MultiAgentCartPole).reporting(storage_path=str(tmp_path))
+    algo = config.training(train_batch_size=128, minibatch_size=128, num_epochs=1).build()
     try:
         assert list(algo.workers.local_worker().policy_map) == ["default_policy"]
         result = algo.train()
@@ -522,7 +535,7 @@ def test_from_checkpoint_restores_a_subset_of_policies_with_a_new_mapping(tmp_pa
     """RLlib's ``Algorithm.from_checkpoint(path, policy_ids=..., policy_mapping_fn=...,
     policies_to_train=...)``: only the kept policies are built and loaded, mapped and trained
     as asked; an id the checkpoint lacks is named."""
-    algo = two_cartpoles(tmp_path, policies_to_train=["p0"]).build()
+    algo = one_quick_update(two_cartpoles(tmp_path, policies_to_train=["p0"])).build()
     try:
         algo.train()
         path = algo.save(str(tmp_path / "ckpt"))
@@ -597,7 +610,8 @@ def test_the_cli_exports_one_policy_of_a_multi_agent_checkpoint(tmp_path, capsys
 def test_a_replaced_runner_gets_the_frozen_policies_weights_too(tmp_path):
     import ray
 
-    config = two_cartpoles(tmp_path, policies_to_train=["p0"]).env_runners(num_env_runners=1)
+    config = one_quick_update(two_cartpoles(tmp_path, policies_to_train=["p0"]))
+    config.env_runners(num_env_runners=1)
     config.fault_tolerance(delay_between_env_runner_restarts_s=0.0).resources(num_cpus_per_env_runner=0.5)
     algo = config.build()
     try:
