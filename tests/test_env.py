@@ -121,6 +121,24 @@ def test_creator_returning_non_env_fails(tmp_path):
         tiny_config(tmp_path, "test-not-an-env").build()
 
 
+def test_only_the_creators_an_actor_needs_travel_to_it():
+    """An actor gets its env's creator and those of registered names in its env_config, not every
+    creator of the driver (another script's creator may import Ray Tune, or fail to unpickle)."""
+    from rltrainer.env.registry import creators_for
+
+    def outer(ctx):
+        return envs.FixedLengthEnv(ctx)
+
+    register_env("test-travel-outer", outer)
+    register_env("test-travel-inner", lambda ctx: envs.FixedLengthEnv(ctx))
+    register_env("test-travel-other", lambda ctx: envs.FixedLengthEnv(ctx))
+    both = creators_for("test-travel-outer", {"inner": "test-travel-inner", "length": 3, "id": "CartPole-v1"})
+    assert sorted(both) == ["test-travel-inner", "test-travel-outer"]
+    assert both["test-travel-outer"] is outer
+    assert creators_for("CartPole-v1", None) == {}
+    assert creators_for(envs.FixedLengthEnv, {}) == {}
+
+
 def test_register_env_rejects_non_callable():
     with pytest.raises(ValueError, match="must be callable"):
         register_env("test-bad-creator", "CartPole-v1")

@@ -18,7 +18,7 @@ import numpy as np
 from rltrainer.core.cluster import Placement, env_runner_bundle
 from rltrainer.env.apis.task_settable_env import resolve_env_task_fn
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
-from rltrainer.env.registry import MultiAgentEnvFoundError, registered_creators
+from rltrainer.env.registry import MultiAgentEnvFoundError, creators_for
 from rltrainer.env.runner_failures import RunnerFailures, _as_numpy
 from rltrainer.errors import WorkerError
 from rltrainer.models.catalog import ModelCatalog
@@ -127,7 +127,7 @@ class EnvRunnerGroup(RunnerFailures):
                 worker_index=self._worker_index(index),
                 num_workers=self.config.num_env_runners,
                 remote=True,
-                env_creators=registered_creators(),
+                env_creators=creators_for(self.config.env, self.config.env_config),
                 custom_models=ModelCatalog.registered(),
                 in_evaluation=self._in_evaluation,
             )

@@ -71,9 +71,16 @@ def _tune_registered_creator(name: str) -> EnvCreator | None:
     return registry.get(category, name)
 
 
-def registered_creators() -> dict[str, EnvCreator]:
-    """Every ``register_env`` entry of this process (shipped to remote env runners)."""
-    return dict(_REGISTRY)
+def creators_for(env: Any, env_config: Any = None) -> dict[str, EnvCreator]:
+    """The ``register_env`` entries an actor making ``env`` needs: ``env``'s own and any registered
+    name among ``env_config``'s values (a wrapper's inner env). Only these travel (RLlib's actors
+    get the env's creator): unpickling a creator imports its module, which may be heavy (a
+    training script's imports, Ray Tune), and another test's or script's creator has no business
+    in this actor."""
+    names = {env} if isinstance(env, str) else set()
+    if isinstance(env_config, dict):
+        names.update(value for value in env_config.values() if isinstance(value, str))
+    return {name: _REGISTRY[name] for name in names if is_registered(name)}
 
 
 def resolve_creator(env: Any) -> EnvCreator:

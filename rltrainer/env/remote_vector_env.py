@@ -39,10 +39,10 @@ from ray.exceptions import RayError, RayTaskError
 from rltrainer.env.env_context import EnvContext
 from rltrainer.env.registry import (
     MultiAgentEnvFoundError,
+    creators_for,
     make_sub_env,
     note_multi_agent,
     register_env,
-    registered_creators,
 )
 from rltrainer.errors import RAISED_AT, EnvError, raised_at
 
@@ -139,9 +139,7 @@ class RemoteVectorEnv(gym.vector.VectorEnv):
         self._name = env if isinstance(env, str) else getattr(env, "__name__", repr(env))
         self.num_envs = num_envs
         actor_class = ray.remote(num_cpus=0)(RemoteSubEnv)
-        # Only the env's own creator travels (RLlib's actors get the env creator): unpickling a
-        # creator imports its module, which may be heavy (a training script's imports).
-        creators = {name: creator for name, creator in registered_creators().items() if name == env}
+        creators = creators_for(env)
         env_vars = dict(worker_env_vars or {})
         self.actors: list[Any] = [actor_class.remote(creators, env_vars) for _ in range(num_envs)]
         fields = {
