@@ -21,6 +21,7 @@ import pytest
 
 from rltrainer_operator.testing.envtest import ControlPlane
 from rltrainer_operator.testing.fakes import MERGE, FakeKubeRay, FakeRayJobs
+from tests.e2e import helpers
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
@@ -121,15 +122,10 @@ def kuberay(kube, ray_api):
     return FakeKubeRay(kube.client, ray_api.port)
 
 
-def wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
-    """``check()``'s first truthy value within ``timeout_s``; an AssertionError naming ``what`` if none."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+def wait_for(what: str, check: Any, timeout_s: float = 60, explain: Any = None) -> Any:
+    """``check()``'s first truthy value within ``timeout_s`` (scaled for slow machines), polled
+    every 0.1 s; an AssertionError naming ``what`` (and ``explain()``) if none."""
+    return helpers.wait_for(what, check, timeout_s, interval_s=0.1, explain=explain)
 
 
 # --- experiments ------------------------------------------------------------------------------

@@ -65,6 +65,12 @@ class Replica:
             command, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
         )
 
+    def tail(self, lines: int = 40) -> str:
+        """This replica's last log lines and whether its elector still runs, for a failure's message."""
+        state = "running" if self.process.poll() is None else f"exited {self.process.returncode}"
+        said = self.log.read_text(errors="replace").splitlines()[-lines:]
+        return "\n".join([f"--- {self.name} ({state}):", *said])
+
     def operator_running(self) -> bool:
         """Whether this replica runs the operator (the elector has a child)."""
         done = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True)
@@ -136,7 +142,12 @@ def test_one_replica_acts_and_the_other_takes_over(kube, kuberay, ray_api, repli
         # at its next try rather than when the Lease would have expired.
         follower.process.wait(timeout=30 * timeout_scale())
         exited = time.monotonic()
-        wait_for("the replacement to lead", lambda: holder(kube) == replacement.name, LEASE_DURATION_S + 20)
+        wait_for(
+            "the replacement to lead",
+            lambda: holder(kube) == replacement.name,
+            LEASE_DURATION_S + 20,
+            explain=lambda: "\n".join([f"holder {holder(kube)!r}", follower.tail(), replacement.tail()]),
+        )
         handed_over_s, after_exit_s = time.monotonic() - terminated, time.monotonic() - exited
         assert f"{follower.name} released Lease" in follower.log.read_text(), follower.log.read_text()[-3000:]
         assert after_exit_s < LEASE_DURATION_S - RETRY_PERIOD_S, after_exit_s
