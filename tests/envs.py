@@ -119,11 +119,20 @@ class SlowEnv(FixedLengthEnv):
 
 
 class SlowStepEnv(SlowEnv):
-    """A ``SlowEnv`` (``delay_s`` per step, 0.05 by default) that tells its process id (``pid``):
-    shows where ``remote_worker_envs`` copies step."""
+    """A ``SlowEnv`` (``delay_s`` per step, 0.05 by default) that tells its process id (``pid``)
+    and when each of its steps ran (``step_times``: ``(start, end)`` on this machine's
+    monotonic clock, the same in every process): shows where and how ``remote_worker_envs``
+    copies step."""
 
     def __init__(self, config: dict | None = None) -> None:
         super().__init__({"delay_s": 0.05, **(config or {})})
+        self.step_times: list[tuple[float, float]] = []
+
+    def step(self, action):
+        start = time.monotonic()
+        stepped = super().step(action)
+        self.step_times.append((start, time.monotonic()))
+        return stepped
 
     @property
     def pid(self) -> int:
