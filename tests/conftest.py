@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+#: RLTRAINER_TEST_CPU_REPORT=FILE: each test's CPU seconds, its processes' included (tests/cpu_report.py).
+pytest_plugins = ["tests.cpu_report"]
+
 # The suite keeps both cores busy: OpenMP's threads (torch's, where a test or tuned example asks
 # for two) wait for work passively instead of spinning, which on busy cores burned many times
 # the computation's own CPU (CQL's updates: 49 CPU-s against 2.3 with one thread). Read when
