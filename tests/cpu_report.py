@@ -18,6 +18,7 @@ Loaded by ``tests/conftest.py``; without the variable it does nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -60,10 +61,8 @@ class _Cgroup:
     def leave(self) -> None:
         """Back to the parent cgroup; this one goes once its last process has."""
         (self.path.parent / "cgroup.procs").write_text(str(os.getpid()))
-        try:
+        with contextlib.suppress(OSError):  # a process the suite started lives on: the cgroup stays
             self.path.rmdir()
-        except OSError:
-            pass  # a process the suite started lives on: the cgroup stays with it
 
 
 class CpuReport:
