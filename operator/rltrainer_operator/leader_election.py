@@ -329,12 +329,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _terminate(candidate: Candidate) -> None:
     child = candidate.child
-    if child is not None and child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            child.kill()
+    if child is not None:  # it led: release, whether or not its operator has already ended
+        # (a signal to the whole process group reaches the operator too, and it may be gone
+        # before this handler runs: the Lease must still be given up, not waited out)
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
         candidate.release()
     os._exit(0)
 

@@ -230,3 +230,32 @@ def test_a_follower_answers_the_pods_probes_until_it_leads(monkeypatch):
     finally:
         candidate.stop_health()
     ReadinessServer(readiness, lambda: None).close()  # the port is the operator's again
+
+
+@pytest.mark.parametrize("operator_alive", [True, False])
+def test_a_terminated_leader_releases_even_when_its_operator_went_first(monkeypatch, operator_alive):
+    """SIGTERM to the Pod's whole process group reaches the operator too: it may have ended before
+    the elector's handler runs, and the Lease must still be given up, not waited out (15 s)."""
+    from rltrainer_operator import leader_election
+
+    candidate = Candidate(["sleep", "30"], LEASE, "ns", "replica-a")
+    candidate.child = subprocess.Popen(["sleep", "30"] if operator_alive else ["true"])
+    if not operator_alive:
+        candidate.child.wait()
+    released, exits = [], []
+    monkeypatch.setattr(candidate, "release", lambda: released.append(True))
+    monkeypatch.setattr(leader_election.os, "_exit", exits.append)
+    leader_election._terminate(candidate)
+    assert released == [True] and exits == [0]
+    assert candidate.child.poll() is not None
+
+
+def test_a_terminated_follower_has_nothing_to_release(monkeypatch):
+    from rltrainer_operator import leader_election
+
+    candidate = Candidate(["sleep", "30"], LEASE, "ns", "replica-a")
+    released, exits = [], []
+    monkeypatch.setattr(candidate, "release", lambda: released.append(True))
+    monkeypatch.setattr(leader_election.os, "_exit", exits.append)
+    leader_election._terminate(candidate)
+    assert released == [] and exits == [0]
