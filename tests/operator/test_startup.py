@@ -24,12 +24,16 @@ from tests.conftest import RLX_CRD, kuberay_crd_files
 KOPF = str(Path(sys.executable).with_name("kopf"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def bare_plane():
+    """One control plane for the module, started without CRDs and with namespace ``ml``. The
+    tests run in file order: the one that waits for the CRDs first, then the one that installs
+    KubeRay v1.5's over them (either alone also starts from no CRDs)."""
     assets = find_assets()
     if assets is None:
         pytest.skip(MISSING_ASSETS)
     with ControlPlane(assets) as plane:
+        plane.kubectl_run("create", "namespace", "ml")
         yield plane
 
 
@@ -50,32 +54,8 @@ def kopf_run(plane: ControlPlane, log: Path) -> subprocess.Popen:
         )
 
 
-def test_kopf_run_refuses_a_kuberay_below_its_floor(bare_plane, tmp_path):
-    """KubeRay v1.5's CRD (its module's own) lacks authOptions.secretName: the API server would
-    prune it, KubeRay would make its own token and every job request would get 401."""
-    plane = bare_plane
-    try:
-        old_crds = kuberay.crd_files("kuberay-below-floor")
-    except parts.PartError as err:
-        pytest.skip(f"KubeRay v1.5's module: {err}")
-    plane.kubectl_run("create", "namespace", "ml")
-    plane.install_crds(RLX_CRD, *old_crds)
-    log = tmp_path / "operator.log"
-    operator = kopf_run(plane, log)
-    try:
-        operator.wait(60)
-    finally:
-        operator.kill()
-    text = log.read_text()
-    assert operator.returncode == EXIT_KUBERAY_TOO_OLD, text
-    (line,) = [line for line in text.splitlines() if "older than v1.6.0" in line]
-    assert "authOptions.secretName" in line and "upgrade KubeRay" in line, line
-    assert "Traceback" not in text, text
-
-
 def test_kopf_run_waits_for_the_crds_then_reconciles(bare_plane, tmp_path):
     plane = bare_plane
-    plane.kubectl_run("create", "namespace", "ml")
     log = tmp_path / "operator.log"
     operator = kopf_run(plane, log)
     try:
@@ -114,6 +94,28 @@ def test_kopf_run_waits_for_the_crds_then_reconciles(bare_plane, tmp_path):
     text = log.read_text()
     tries = [line for line in text.splitlines() if "not installed:" in line]
     assert len(tries) >= 2 and all(line.count("\n") == 0 for line in tries)
+    assert "Traceback" not in text, text
+
+
+def test_kopf_run_refuses_a_kuberay_below_its_floor(bare_plane, tmp_path):
+    """KubeRay v1.5's CRD (its module's own) lacks authOptions.secretName: the API server would
+    prune it, KubeRay would make its own token and every job request would get 401."""
+    plane = bare_plane
+    try:
+        old_crds = kuberay.crd_files("kuberay-below-floor")
+    except parts.PartError as err:
+        pytest.skip(f"KubeRay v1.5's module: {err}")
+    plane.install_crds(RLX_CRD, *old_crds)
+    log = tmp_path / "operator.log"
+    operator = kopf_run(plane, log)
+    try:
+        operator.wait(60)
+    finally:
+        operator.kill()
+    text = log.read_text()
+    assert operator.returncode == EXIT_KUBERAY_TOO_OLD, text
+    (line,) = [line for line in text.splitlines() if "older than v1.6.0" in line]
+    assert "authOptions.secretName" in line and "upgrade KubeRay" in line, line
     assert "Traceback" not in text, text
 
 
