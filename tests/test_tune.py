@@ -20,11 +20,20 @@ from rltrainer.tune.analysis import get_trial_checkpoints_paths
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 
-# Small PPO iterations: a sweep's trials take about a second each.
-FAST = {"env": "CartPole-v1", "train_batch_size": 400, "minibatch_size": 100, "num_epochs": 2}
+# Small PPO iterations: a sweep's trials take about a second each. The trials sample in their own
+# process (no env runner actors: 3 processes importing torch per trial otherwise, most of these
+# tests' time); the tests about a trial's actors ask for a remote runner themselves.
+FAST = {
+    "env": "CartPole-v1",
+    "num_env_runners": 0,
+    "train_batch_size": 400,
+    "minibatch_size": 100,
+    "num_epochs": 2,
+}
 # Smaller still where a test is about Tune's plumbing, not about what the trials learn.
 TINY = {
     "env": "CartPole-v1",
+    "num_env_runners": 0,
     "train_batch_size": 64,
     "minibatch_size": 64,
     "num_epochs": 1,
