@@ -39,9 +39,9 @@ class _Cgroup:
     def __init__(self, name: str) -> None:
         v1 = Path("/sys/fs/cgroup/cpuacct")
         if v1.is_dir():
-            self.path, self._usage = v1 / name, self._v1_usage
+            self.path, self.usage = v1 / name, self._v1_usage
         else:
-            self.path, self._usage = Path("/sys/fs/cgroup") / name, self._v2_usage
+            self.path, self.usage = Path("/sys/fs/cgroup") / name, self._v2_usage
         self.path.mkdir(exist_ok=True)
         (self.path / "cgroup.procs").write_text(str(os.getpid()))
 
@@ -54,9 +54,6 @@ class _Cgroup:
             if key == "usage_usec":
                 return int(value) / 1e6
         raise RuntimeError(f"{self.path}/cpu.stat has no usage_usec")
-
-    def usage(self) -> float:
-        return self._usage()
 
     def leave(self) -> None:
         """Back to the parent cgroup; this one goes once its last process has."""
@@ -104,6 +101,12 @@ def tier_of(test: str) -> str:
     return next((tier for prefix, tier in TIERS.items() if test.startswith(prefix + "/")), "lib")
 
 
+def _table(first: str, items: list) -> list[str]:
+    rows = [f"| {first} | CPU s | worker s | tests |", "|---|---:|---:|---:|"]
+    rows += [f"| {name} | {cpu:,.0f} | {wall:,.0f} | {count:.0f} |" for name, (cpu, wall, count) in items]
+    return rows
+
+
 def summary(lines: list[dict]) -> str:
     """Per tier, then the 25 costliest files: CPU seconds, wall (worker) seconds, tests."""
     tiers: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
@@ -113,14 +116,10 @@ def summary(lines: list[dict]) -> str:
             table[key][0] += line["cpu_s"]
             table[key][1] += line["wall_s"]
             table[key][2] += 1
-    rows = ["| tier | CPU s | worker s | tests |", "|---|---:|---:|---:|"]
-    for name, (cpu, wall, count) in sorted(tiers.items(), key=lambda item: -item[1][0]):
-        rows.append(f"| {name} | {cpu:,.0f} | {wall:,.0f} | {count} |")
     total = [sum(values[i] for values in tiers.values()) for i in range(3)]
-    rows.append(f"| all | {total[0]:,.0f} | {total[1]:,.0f} | {total[2]:.0f} |")
-    rows += ["", "| file | CPU s | worker s | tests |", "|---|---:|---:|---:|"]
-    for name, (cpu, wall, count) in sorted(files.items(), key=lambda item: -item[1][0])[:25]:
-        rows.append(f"| {name} | {cpu:,.0f} | {wall:,.0f} | {count} |")
+    by_cpu = sorted(tiers.items(), key=lambda item: -item[1][0])
+    rows = [*_table("tier", [*by_cpu, ("all", total)]), ""]
+    rows += _table("file", sorted(files.items(), key=lambda item: -item[1][0])[:25])
     return "\n".join(rows)
 
 
