@@ -25,12 +25,13 @@ import platform
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+
+if TYPE_CHECKING:
+    import torch
 
 from rltrainer.errors import CheckpointError
 from rltrainer.storage import StorageError
@@ -42,6 +43,7 @@ METADATA_FILE = "rltrainer_checkpoint.json"
 
 def library_versions() -> dict[str, str]:
     import gymnasium
+    import torch
 
     from rltrainer.version import __version__
 
@@ -69,6 +71,8 @@ def write_checkpoint(
     path = Path(directory).expanduser()
     created = not path.exists()
     names = [*tensors, *arrays, METADATA_FILE, f".{METADATA_FILE}.tmp"]
+    from safetensors.torch import save_file  # torch: only where tensors are written or read
+
     try:
         path.mkdir(parents=True, exist_ok=True)
         (path / METADATA_FILE).unlink(missing_ok=True)  # a checkpoint being replaced stops existing first
@@ -157,6 +161,8 @@ class Checkpoint:
         return cls(path, metadata, where)
 
     def tensors(self, name: str) -> dict[str, torch.Tensor]:
+        from safetensors.torch import load_file
+
         try:
             return load_file(str(self.path / name))
         except (SafetensorError, OSError) as err:

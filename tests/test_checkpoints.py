@@ -425,3 +425,19 @@ def test_manifest_naming_a_file_outside_the_checkpoint_is_rejected(tmp_path, bad
     with pytest.raises(ValueError, match="the manifest names an invalid file"):
         download_checkpoint(str(source), target)
     assert not (tmp_path / "deep" / "escaped.bin").exists()
+
+
+def test_listing_and_inspecting_checkpoints_never_import_torch(trained) -> None:
+    """``rltrainer checkpoints list|inspect`` read manifests only: half a second, not torch's 3."""
+    from tests.fresh_python import python_output
+
+    checkpoint, trial = str(trained[1]), str(Path(trained[1]).parent)
+    out = python_output(
+        "import contextlib, io, sys\n"
+        "from rltrainer.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as shown:\n"
+        f"    codes = main(['checkpoints', 'list', {trial!r}]),"
+        f" main(['checkpoints', 'inspect', {checkpoint!r}])\n"
+        "print(codes, 'checkpoint_' in shown.getvalue(), 'torch' in sys.modules)\n"
+    )
+    assert out == "(0, 0) True False"
