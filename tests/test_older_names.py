@@ -50,7 +50,7 @@ def test_trainer_era_inference_names(tmp_path):
 
 def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
     """Train one, restore a second from its checkpoint while the first is alive (the docs'
-    restore examples), each with two env-runner actors, Ray started by the first one."""
+    restore examples), each with an env-runner actor, Ray started by the first one."""
     import ray
 
     if ray.is_initialized():
@@ -58,7 +58,7 @@ def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
     config = (
         PPOConfig()
         .environment("CartPole-v1")
-        .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=32)
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=2, rollout_fragment_length=32)
         .training(train_batch_size=128, minibatch_size=128, num_epochs=1)
         .resources(placement_timeout_s=15)
         .reporting(storage_path=str(tmp_path))
@@ -69,8 +69,8 @@ def test_two_algorithms_with_remote_runners_side_by_side(tmp_path):
         checkpoint = first.save()
         second = Algorithm.from_checkpoint(checkpoint)
         try:
-            assert second.train()["num_healthy_env_runners"] == 2
-            assert first.train()["num_healthy_env_runners"] == 2
+            assert second.train()["num_healthy_env_runners"] == 1
+            assert first.train()["num_healthy_env_runners"] == 1
         finally:
             second.stop()
     finally:

@@ -233,7 +233,7 @@ def test_lstm_where_it_cannot_be_used_fails_at_build(config, message):
 def test_lstm_with_remote_runners_and_two_learners(local_ray):  # noqa: ARG001
     algo = (
         lstm_config(StatelessCartPole)
-        .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
         .resources(num_learners=2)
         .build()
     )
