@@ -4,7 +4,7 @@ KubeRay's own operator, and the project's images on the nodes.
 ``control_plane``: for ``tests/node`` a control plane of its own (not the session's shared one,
 where the API-level tests run the KubeRay stand-in: two KubeRays must never reconcile one
 RayCluster), with KubeRay's CRDs from its pinned module. ``kuberay_operator``: KubeRay's operator
-(built from its Go module, ``make kuberay``) watching every namespace of it, for the whole run.
+(built from its Go module, ``make kuberay``) watching every namespace of it.
 ``pod_network``/``cluster_network``: the pod network (``testing.cluster_network``), claimed first so
 that the API server listens on its gateway, with CoreDNS and kube-proxy: Services route and their
 names resolve, so Pods (the chart's operator) reach the API server through the ``kubernetes``
@@ -19,6 +19,9 @@ seconds) and both images imported into the node; ``gpu_images``: the trainer ima
 node too.
 Everything here skips, naming what to install, where the node's packages or binaries are missing.
 All tests under ``tests/node`` run in one pytest-xdist worker (``tests/conftest.py``): one node.
+Package-scoped, not session-scoped: the worker stops all of it once its last Pod test is done
+instead of keeping two idle nodes and their control plane (0.12 of a core) through the library's
+tests that follow on it.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pod_network(tmp_path_factory):
     """The cluster's pod network, claimed before its control plane: the API server listens on
     its gateway, where Pods reach it through the ``kubernetes`` Service."""
@@ -87,7 +90,7 @@ def pod_network(tmp_path_factory):
         yield network
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def control_plane(pod_network):
     assets = find_assets()
     if assets is None:
@@ -98,7 +101,7 @@ def control_plane(pod_network):
         yield plane
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster_network(control_plane, pod_network):
     """The pod network with its add-ons: CoreDNS (``make coredns``) and kube-proxy, unless another
     test session on this machine runs kube-proxy (``service_proxy`` False then)."""
@@ -106,14 +109,14 @@ def cluster_network(control_plane, pod_network):
     return local_stack.cluster_network(control_plane, pod_network)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kuberay_operator(control_plane):
     """KubeRay's own operator for the Pod tests' control plane (every namespace)."""
     with KubeRayOperator(control_plane, built_part("kuberay")) as started:
         yield started
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kueue(control_plane):
     """Kueue (``make kueue``) with its RayCluster integration, for the rest of the run once a
     test asks for it (it acts only on RayClusters labelled for one of its queues)."""
@@ -121,7 +124,7 @@ def kueue(control_plane):
         yield started
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node(control_plane, cluster_network):
     with Node(control_plane, find_node_assets(), image_store=IMAGE_STORE, network=cluster_network) as started:
         if cluster_network.service_proxy:
@@ -130,7 +133,7 @@ def node(control_plane, cluster_network):
         yield started
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gpu_node(control_plane, node):
     assets, store = find_node_assets(), IMAGE_STORE.with_name("containerd-gpu")
     with local_stack.gpu_node(control_plane, assets, node, store) as started:
@@ -138,7 +141,7 @@ def gpu_node(control_plane, node):
         yield started
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def image_archives(tmp_path_factory) -> Path:
     """Images saved from podman this session (one save for both nodes), removed after it."""
     folder = tmp_path_factory.mktemp("image-archives")
@@ -146,7 +149,7 @@ def image_archives(tmp_path_factory) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gpu_images(gpu_node, images, image_archives) -> Images:
     started = time.monotonic()
     import_images([gpu_node], [images.trainer], archives=image_archives)
@@ -154,7 +157,7 @@ def gpu_images(gpu_node, images, image_archives) -> Images:
     return images
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def images(node, image_archives) -> Images:
     if shutil.which("mmdebstrap") is None:
         pytest.skip("no mmdebstrap for the images' local base: `make system-deps` as root")
