@@ -68,11 +68,11 @@ def write_checkpoint(
     folder and the reason, after removing what it wrote: the folder when it made it, else the
     files it names (a checkpoint being replaced has stopped existing by then: its manifest goes
     first)."""
+    from safetensors.torch import save_file  # torch: only where tensors are written or read
+
     path = Path(directory).expanduser()
     created = not path.exists()
     names = [*tensors, *arrays, METADATA_FILE, f".{METADATA_FILE}.tmp"]
-    from safetensors.torch import save_file  # torch: only where tensors are written or read
-
     try:
         path.mkdir(parents=True, exist_ok=True)
         (path / METADATA_FILE).unlink(missing_ok=True)  # a checkpoint being replaced stops existing first

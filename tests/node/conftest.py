@@ -64,7 +64,7 @@ NODE_TEST_TIMEOUT_S = 1800
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Node tests get the time the session fixtures may take in them (``make images``, importing
+    """Node tests get the time the package fixtures may take in them (``make images``, importing
     into a cold image store); each still waits on its own deadlines. Those marked ``e2e_only``
     are skipped here unless ``make e2e`` asked for them: before their fixtures start a platform
     (an S3 server, the operator: about 25 s each to set up and tear down)."""
@@ -118,7 +118,7 @@ def kuberay_operator(control_plane):
 
 @pytest.fixture(scope="package")
 def kueue(control_plane):
-    """Kueue (``make kueue``) with its RayCluster integration, for the rest of the run once a
+    """Kueue (``make kueue``) with its RayCluster integration, for the rest of the Pod tests once a
     test asks for it (it acts only on RayClusters labelled for one of its queues)."""
     with KueueController(control_plane, built_part("kueue")) as started:
         yield started
@@ -143,7 +143,7 @@ def gpu_node(control_plane, node):
 
 @pytest.fixture(scope="package")
 def image_archives(tmp_path_factory) -> Path:
-    """Images saved from podman this session (one save for both nodes), removed after it."""
+    """Images saved from podman for the Pod tests (one save for both nodes), removed after them."""
     folder = tmp_path_factory.mktemp("image-archives")
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
