@@ -6,7 +6,10 @@ process (each xdist worker) moves itself into a cgroup of its own at start, so e
 starts later (Ray's raylets and actors, control planes, S3, kubectl) is counted with it, and each
 test is charged what its worker's cgroup used from its setup to its teardown (a session
 fixture's start and end land on the test that started or ended it; a cluster idling under a test,
-on that test). Containers the kubelet starts live in the kubelet's cgroups: not counted.
+on that test). Containers the kubelet starts live in the kubelet's cgroups: not counted. Each
+line also counts the Ray instances and worker processes (actors, task workers) the test started,
+from the log files Ray leaves under the worker's ``RAY_TMPDIR``/ray: a Ray worker that imports torch
+costs about 4.5 CPU-s to start, an instance about 10.
 
 Run (root, Linux; cgroup v1's ``cpuacct`` or cgroup v2)::
 
@@ -62,22 +65,36 @@ class _Cgroup:
             self.path.rmdir()
 
 
+def ray_started(root: Path) -> tuple[int, int]:
+    """How many Ray instances (session folders) and worker processes (a core worker log each,
+    moved to ``old/`` once the worker has ended) have been started under ``root`` so far."""
+    sessions = [path for path in root.glob("session_2*") if path.is_dir()]
+    logs = ("logs/python-core-worker-*.log", "logs/old/python-core-worker-*.log")
+    return len(sessions), sum(len(list(session.glob(pattern))) for session in sessions for pattern in logs)
+
+
 class CpuReport:
-    """Appends one JSON line per test: ``{"test", "cpu_s", "wall_s", "worker"}``."""
+    """Appends one JSON line per test:
+    ``{"test", "cpu_s", "wall_s", "worker", "ray_instances", "ray_workers"}``."""
 
     def __init__(self, out: Path, worker: str) -> None:
         self.out, self.worker = out, worker
         self.cgroup = _Cgroup(f"rltrainer-tests-{os.getpid()}")
+        self.ray_root = Path(os.environ.get("RAY_TMPDIR", "/tmp"), "ray")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):  # noqa: ARG002
         cpu, wall = self.cgroup.usage(), time.monotonic()
+        instances, workers = ray_started(self.ray_root)
         yield
+        instances_after, workers_after = ray_started(self.ray_root)
         line = {
             "test": item.nodeid,
             "cpu_s": round(self.cgroup.usage() - cpu, 2),
             "wall_s": round(time.monotonic() - wall, 2),
             "worker": self.worker,
+            "ray_instances": instances_after - instances,
+            "ray_workers": workers_after - workers,
         }
         with self.out.open("a") as out:  # one short write per line: workers may share the file
             out.write(json.dumps(line) + "\n")
@@ -101,22 +118,30 @@ def tier_of(test: str) -> str:
     return next((tier for prefix, tier in TIERS.items() if test.startswith(prefix + "/")), "lib")
 
 
+COLUMNS = ("cpu_s", "wall_s", "tests", "ray_instances", "ray_workers")
+
+
 def _table(first: str, items: list) -> list[str]:
-    rows = [f"| {first} | CPU s | worker s | tests |", "|---|---:|---:|---:|"]
-    rows += [f"| {name} | {cpu:,.0f} | {wall:,.0f} | {count:.0f} |" for name, (cpu, wall, count) in items]
+    rows = [
+        f"| {first} | CPU s | worker s | tests | Ray instances | Ray workers |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    rows += [
+        f"| {name} | " + " | ".join(f"{value:,.0f}" for value in values) + " |" for name, values in items
+    ]
     return rows
 
 
 def summary(lines: list[dict]) -> str:
-    """Per tier, then the 25 costliest files: CPU seconds, wall (worker) seconds, tests."""
-    tiers: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
-    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    """Per tier, then the 25 costliest files: CPU seconds, wall (worker) seconds, tests, and the
+    Ray instances and worker processes started."""
+    tiers: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(COLUMNS))
+    files: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(COLUMNS))
     for line in lines:
+        values = [line["cpu_s"], line["wall_s"], 1, line.get("ray_instances", 0), line.get("ray_workers", 0)]
         for key, table in ((tier_of(line["test"]), tiers), (line["test"].split("::")[0], files)):
-            table[key][0] += line["cpu_s"]
-            table[key][1] += line["wall_s"]
-            table[key][2] += 1
-    total = [sum(values[i] for values in tiers.values()) for i in range(3)]
+            table[key] = [a + b for a, b in zip(table[key], values, strict=True)]
+    total = [sum(values[i] for values in tiers.values()) for i in range(len(COLUMNS))]
     by_cpu = sorted(tiers.items(), key=lambda item: -item[1][0])
     rows = [*_table("tier", [*by_cpu, ("all", total)]), ""]
     rows += _table("file", sorted(files.items(), key=lambda item: -item[1][0])[:25])
