@@ -85,8 +85,12 @@ test: $(STAMP) system-deps parts
 # there too). About 35 minutes on 2 cores; `make test` runs the process journey shortened (a fixed
 # number of iterations instead of until solved), the node's bad-input cases and API server restart,
 # Kueue on the simulated cluster, and the fault matrix's storage rows (docs/design/testing.md).
+# Then the library's tests marked e2e_only: those whose smaller check make test runs instead (the
+# documents' command for every algorithm with its defaults, training to a target).
 e2e: $(STAMP) system-deps parts
 	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/e2e tests/node
+	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m e2e_only tests \
+		--ignore=tests/e2e --ignore=tests/node
 
 lint: $(STAMP)
 	$(BIN)/ruff check rltrainer operator tests bench

@@ -125,16 +125,37 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: end to end with real local Ray clusters (make e2e)")
     config.addinivalue_line("markers", "in_make_test: an end-to-end test that make test runs too")
     config.addinivalue_line(
-        "markers", "e2e_only: a Pod test only make e2e runs (skipped before its fixtures start otherwise)"
+        "markers",
+        "e2e_only(kept): a test only make e2e runs, skipped before its fixtures start otherwise; "
+        "`kept` names the smaller check make test runs in its place",
+    )
+
+
+def e2e_requested(config: pytest.Config) -> bool:
+    """Whether the end-to-end tests were asked for: ``-m e2e`` (or ``-m e2e_only``), a path under
+    ``tests/e2e`` on the command line, or ``RLTRAINER_E2E=1`` (``make e2e``); not by a plain
+    ``pytest``."""
+    marks = config.getoption("-m") or ""
+    return (
+        ("e2e" in marks and "not e2e" not in marks)
+        or any("e2e" in str(arg) for arg in config.args)
+        or os.environ.get("RLTRAINER_E2E") == "1"
     )
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long files first; each test's own ``timeout`` mark (tests/node's conftest adds them
-    before this runs) times ``RLTRAINER_TEST_TIMEOUT_SCALE``."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long files first; tests marked ``e2e_only`` skipped unless ``make e2e`` asked for them
+    (``e2e_requested``); each test's own ``timeout`` mark (tests/node's conftest adds them before
+    this runs) times ``RLTRAINER_TEST_TIMEOUT_SCALE``."""
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    if not e2e_requested(config):
+        for item in items:
+            mark = item.get_closest_marker("e2e_only")
+            if mark is not None:
+                kept = f"; make test runs {mark.args[0]}" if mark.args else ""
+                item.add_marker(pytest.mark.skip(reason=f"make e2e only (RLTRAINER_E2E=1){kept}"))
     scale = timeout_scale()
     if scale == 1:
         return

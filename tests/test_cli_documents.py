@@ -106,6 +106,54 @@ SHORTER_ITERATION = {
 }
 #: The cores of the laptop the documents' commands must run on.
 LAPTOP_CORES = 2
+#: The algorithms whose command ``make test`` runs: those without actors by default, and Ape-X
+#: DDPG, whose 32 env runners are lowered to what 2 cores hold. Every algorithm's defaults are
+#: fitted in ``make test`` (``test_every_algorithms_defaults_are_fitted_to_a_laptop``, no actors
+#: started); the others' commands train in ``make e2e`` (2 to 4 actors each, ~150 CPU-s in all).
+TRAINED_IN_MAKE_TEST = {"PPO", "DQN", "SAC", "MARWIL", "BC", "DDPG", "TD3", "CQL", "PG", "APEX_DDPG"}
+
+
+def documents_command(algorithm: str, storage: Path) -> list[str]:
+    """``rltrainer train --run ALGO --env ENV`` for one iteration, a short one where the
+    algorithm's default iteration is long (``SHORTER_ITERATION``)."""
+    env = "Pendulum-v1" if algorithm in PENDULUM else "CartPole-v1"
+    argv = ["train", "--run", algorithm, "--env", env, "--stop", ONE_ITERATION, "--local-dir", str(storage)]
+    if algorithm in SHORTER_ITERATION:
+        argv += ["--config", json.dumps(SHORTER_ITERATION[algorithm])]
+    return argv
+
+
+def expected_fit(algorithm: str) -> tuple[int, list[str]]:
+    """The env runners a 2-core laptop runs of ``algorithm``'s default, and the logged line's
+    start when that is fewer."""
+    default = get_config_class(algorithm)().num_env_runners
+    fitted = min(default, ACTORS_PER_CORE * LAPTOP_CORES)
+    line = f"num_env_runners lowered from {default} ({algorithm}'s default) to {fitted}"
+    return fitted, [line] if fitted < default else []
+
+
+def lowered_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    messages = [record.getMessage() for record in caplog.records]
+    return [message.split(":")[0] for message in messages if "num_env_runners lowered" in message]
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+def test_every_algorithms_defaults_are_fitted_to_a_laptop(
+    algorithm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the command below decides before it starts Ray, for every algorithm: the defaults
+    fit 2 cores once a runner count they cannot hold is lowered, in one logged line."""
+    from rltrainer.algorithms.resource_checks import check_cpus, check_gpus, fit_env_runners
+    from rltrainer.commands.train import _train_setup
+
+    monkeypatch.setattr(os, "cpu_count", lambda: LAPTOP_CORES)
+    config, _, _ = _train_setup(build_parser().parse_args(documents_command(algorithm, tmp_path)))
+    with caplog.at_level(logging.WARNING, logger="rltrainer.algorithms.resource_checks"):
+        fit_env_runners(config)
+    check_cpus(config)  # raises ResourceError where the actors would not fit
+    check_gpus(config, on_cluster=False)
+    fitted, lines = expected_fit(algorithm)
+    assert (config.num_env_runners, lowered_lines(caplog)) == (fitted, lines)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +169,18 @@ def own_ray_instance() -> object:
     ray.shutdown()
 
 
-@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        pytest.param(
+            algorithm,
+            marks=()
+            if algorithm in TRAINED_IN_MAKE_TEST
+            else pytest.mark.e2e_only("test_every_algorithms_defaults_are_fitted_to_a_laptop"),
+        )
+        for algorithm in ALGORITHMS
+    ],
+)
 def test_the_documents_command_trains_every_algorithm_with_its_defaults_on_a_laptop(
     algorithm: str,
     own_ray_instance: object,  # noqa: ARG001
@@ -135,26 +194,17 @@ def test_the_documents_command_trains_every_algorithm_with_its_defaults_on_a_lap
     lowered to what it holds, in one logged line; nothing else is changed or refused."""
     monkeypatch.setattr(os, "cpu_count", lambda: LAPTOP_CORES)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a laptop's shell: no cluster
-    env = "Pendulum-v1" if algorithm in PENDULUM else "CartPole-v1"
-    argv = ["train", "--run", algorithm, "--env", env, "--stop", ONE_ITERATION, "--local-dir", str(tmp_path)]
-    if algorithm in SHORTER_ITERATION:
-        argv += ["--config", json.dumps(SHORTER_ITERATION[algorithm])]
     with caplog.at_level(logging.WARNING, logger="rltrainer.algorithms.resource_checks"):
-        code = main(argv)
+        code = main(documents_command(algorithm, tmp_path))
     out, err = capsys.readouterr()
     assert code == 0, err[-3000:]
     assert "stopped: training_iteration reached 1" in out
-    default = get_config_class(algorithm)().num_env_runners
-    fitted = min(default, ACTORS_PER_CORE * LAPTOP_CORES)
-    if default:  # its actors ran on the local instance rltrainer started (the first such command's)
+    fitted, lines = expected_fit(algorithm)
+    if fitted:  # its actors ran on the local instance rltrainer started (the first such command's)
         assert on_started_instance()
     (params,) = tmp_path.glob("*/*/params.json")
     assert json.loads(params.read_text())["num_env_runners"] == fitted
-    lowered = [
-        record.getMessage() for record in caplog.records if "num_env_runners lowered" in record.getMessage()
-    ]
-    expected = [f"num_env_runners lowered from {default} ({algorithm}'s default) to {fitted}"]
-    assert [line.split(":")[0] for line in lowered] == (expected if fitted < default else [])
+    assert lowered_lines(caplog) == lines
 
 
 # name: (argv after the common train flags, words of the one error line)

@@ -10,22 +10,10 @@ unit tests; ``make e2e`` runs them all, the journey in full (about 15 minutes on
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from tests.conftest import e2e_requested
 from tests.e2e.helpers import wait_for_no_marked_processes
-
-
-def e2e_requested(config) -> bool:
-    """Whether the end-to-end tests were asked for: ``-m e2e``, a path under ``tests/e2e`` on
-    the command line, or ``RLTRAINER_E2E=1`` (``make e2e``); not by a plain ``pytest``."""
-    marks = config.getoption("-m") or ""
-    return (
-        ("e2e" in marks and "not e2e" not in marks)
-        or any("e2e" in str(arg) for arg in config.args)
-        or os.environ.get("RLTRAINER_E2E") == "1"
-    )
 
 
 @pytest.fixture(scope="session")

@@ -42,7 +42,6 @@ from rltrainer_operator.testing.kuberay import KubeRayOperator
 from rltrainer_operator.testing.kueue import KueueController
 from rltrainer_operator.testing.node import Node, find_node_assets, import_images, missing_node_requirements
 from tests.conftest import RLX_CRD, built_part, kuberay_crd_files
-from tests.e2e.conftest import e2e_requested
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_STORE = Path.home() / ".cache" / "rltrainer-node" / "containerd"
@@ -63,20 +62,14 @@ class Images:
 NODE_TEST_TIMEOUT_S = 1800
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Node tests get the time the package fixtures may take in them (``make images``, importing
-    into a cold image store); each still waits on its own deadlines. Those marked ``e2e_only``
-    are skipped here unless ``make e2e`` asked for them: before their fixtures start a platform
-    (an S3 server, the operator: about 25 s each to set up and tear down)."""
-    wanted = e2e_requested(config)
-    skip = pytest.mark.skip(reason="on real Pods in make e2e (RLTRAINER_E2E=1)")
+    into a cold image store); each still waits on its own deadlines. (Those marked ``e2e_only``
+    are skipped by tests/conftest.py before their fixtures start a platform: an S3 server, the
+    operator, about 25 s each to set up and tear down.)"""
     for item in items:
-        if not item.nodeid.startswith("tests/node/"):
-            continue
-        if item.get_closest_marker("timeout") is None:
+        if item.nodeid.startswith("tests/node/") and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT_S))
-        if item.get_closest_marker("e2e_only") is not None and not wanted:
-            item.add_marker(skip)
 
 
 @pytest.fixture(scope="package")
