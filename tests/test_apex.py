@@ -101,6 +101,7 @@ def test_apex_ddpg_trains_with_per_runner_noise():
         algo.stop()
 
 
+@pytest.mark.e2e_only("test_runners_explore_with_their_own_epsilon_and_sample_asynchronously")
 @pytest.mark.usefixtures("local_ray")
 def test_apex_dqn_learns_cartpole_with_two_runners():
     config = (

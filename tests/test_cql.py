@@ -349,6 +349,7 @@ def sac_replay(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: A last guard, as every deadline (testing.md, "Slow machines"): ~80 s on 2 idle cores with its
 #: SAC fixture, over 300 s with both cores busy elsewhere (a fixed amount of computing).
 @pytest.mark.timeout(900)
+@pytest.mark.e2e_only("the penalty, Bellman, BC and Lagrangian tests against hand computations")
 def test_cql_learns_pendulum_from_recorded_sac_data(tmp_path, sac_replay):
     """The tuned example's settings on the SAC replay above: the greedy evaluation reaches -300
     after 14 iterations (3,500 gradient steps; about 20 s on 2 cores), within a budget of 24."""

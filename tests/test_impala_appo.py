@@ -280,7 +280,15 @@ def remote(config_class=APPOConfig, runners=2, **training):
 
 
 @pytest.mark.usefixtures("local_ray")
-@pytest.mark.parametrize("config_class", [IMPALAConfig, APPOConfig])
+@pytest.mark.parametrize(
+    "config_class",
+    [
+        # IMPALA's pipeline is APPO's (which learns here and in test_appo_learning.py) less the
+        # clipped surrogate: its own V-trace is checked against hand computations above.
+        pytest.param(IMPALAConfig, marks=pytest.mark.e2e_only("the APPO case and the V-trace tests")),
+        APPOConfig,
+    ],
+)
 def test_learns_cartpole_with_two_remote_runners(config_class):
     algo = remote(config_class).build()
     try:

@@ -204,6 +204,7 @@ def test_one_remote_env_runner(tmp_path, algo):
         algo.stop()
 
 
+@pytest.mark.e2e_only("the entropy, polyak and remote runner tests and test_cli_train_and_evaluate")
 def test_tuned_example_solves_pendulum(tmp_path):
     """The benchmark's criterion: 20-episode training mean >= -200, then a greedy evaluation."""
     spec = yaml.safe_load((ROOT / "tuned_examples" / "sac_pendulum.yaml").read_text())["pendulum-sac"]
