@@ -36,6 +36,10 @@ CLUSTER_COMMANDS = re.compile(
 )
 #: Each page's examples get this long (seconds).
 PAGE_TIMEOUT = 300
+#: The tests that share ``pages_run``: the first of them holds the whole run of every page's
+#: Python (about 70 CPU-s; over 300 s of wall time on a machine busy with other work), so their
+#: last guard is the run's, not one test's (pytest-timeout counts a fixture's setup in its test).
+PAGES_RUN_TIMEOUT = pytest.mark.timeout(1800)
 
 
 PYTHON_PAGES = [page for page in PAGES if code_blocks(page, "python")]
@@ -73,6 +77,7 @@ def test_the_site_has_its_sections() -> None:
     assert any(name.startswith("api/") for name in names)
 
 
+@PAGES_RUN_TIMEOUT
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=[str(p.relative_to(DOCS)) for p in PYTHON_PAGES])
 def test_page_python_examples_run(page: Path, pages_run: tuple[Path, dict[str, Any]]) -> None:
     _, report = pages_run
@@ -80,6 +85,7 @@ def test_page_python_examples_run(page: Path, pages_run: tuple[Path, dict[str, A
     assert failure is None, f"{page.relative_to(DOCS)}'s Python examples failed:\n{failure}"
 
 
+@PAGES_RUN_TIMEOUT
 @pytest.mark.parametrize("page", BASH_PAGES, ids=[str(p.relative_to(DOCS)) for p in BASH_PAGES])
 def test_page_bash_examples_run(page: Path, pages_run: tuple[Path, dict[str, Any]]) -> None:
     workdir, _ = pages_run
