@@ -53,7 +53,7 @@ def requirement(name: str, requirements: list[str]) -> Requirement:
 
 
 def makefile_torch_pin() -> str:
-    (pin,) = re.findall(r"\$\(UV_INSTALL\) torch==([\d.]+)", (ROOT / "Makefile").read_text())
+    (pin,) = re.findall(r"\$\(UV_INSTALL\)[^\n]* torch==([\d.]+)", (ROOT / "Makefile").read_text())
     return pin
 
 
