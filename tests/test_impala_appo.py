@@ -279,6 +279,10 @@ def remote(config_class=APPOConfig, runners=2, **training):
     )
 
 
+#: Env steps the remote runners may sample before CartPole's return must have reached 150.
+LEARNING_BUDGET_STEPS = 300_000
+
+
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.parametrize(
     "config_class",
@@ -290,14 +294,17 @@ def remote(config_class=APPOConfig, runners=2, **training):
     ],
 )
 def test_learns_cartpole_with_two_remote_runners(config_class):
+    """A budget of env steps, not of seconds: on a busy machine the same learning takes longer
+    (pytest's timeout is the last guard)."""
     algo = remote(config_class).build()
     try:
-        started, best, lags = time.monotonic(), 0.0, []
-        while time.monotonic() - started < 90 and best < 150:
+        best, lags, steps = 0.0, [], 0
+        while steps < LEARNING_BUDGET_STEPS and best < 150:
             result = algo.train()
             best = max(best, result["episode_return_mean"])
             lags.append(result["policy_lag_env_steps"])
-        assert best >= 150, f"{config_class.ALGORITHM} reached {best:.0f} in 90 s"
+            steps = result["num_env_steps_sampled_lifetime"]
+        assert best >= 150, f"{config_class.ALGORITHM} reached {best:.0f} in {steps} env steps"
         assert max(lags) > 0  # asynchronous: batches were sampled with older weights
         assert result["num_env_steps_trained_per_s"] > 0
     finally:
@@ -307,7 +314,9 @@ def test_learns_cartpole_with_two_remote_runners(config_class):
 @pytest.mark.usefixtures("local_ray")
 def test_a_straggling_runner_does_not_hold_the_learner_back():
     """Runner 2 takes 2.5 s per sample, runner 1 a few ms: the learner trains on runner 1's
-    samples meanwhile (a synchronous algorithm would update once per 2.5 s)."""
+    samples meanwhile. A synchronous algorithm would update once per 2.5 s; the check compares
+    with that bound in the iteration's own time, not with a count that depends on the machine's
+    speed (on a busy machine the fast runner is slower too)."""
     config = (
         APPOConfig()
         .environment(
@@ -321,10 +330,10 @@ def test_a_straggling_runner_does_not_hold_the_learner_back():
     try:
         algo.workers.foreach_worker(lambda runner: runner.ping(), local_worker=False)  # both are up
         result = algo.train()
-        assert result["time_this_iter_s"] < 7.5
-        # Each update needs 2 fast fragments: at least dozens in 5 s against at most 2 in lockstep.
+        # Each update needs 2 fragments; in lockstep each waits for runner 2's 2.5 s sample.
+        lockstep_at_most = result["time_this_iter_s"] / 2.5 + 1
         updates = result["num_learner_updates"]
-        assert updates >= 20, updates
+        assert updates > lockstep_at_most, (updates, result["time_this_iter_s"])
     finally:
         algo.stop()
 
@@ -340,7 +349,14 @@ def test_a_killed_runner_is_replaced_while_training_goes_on():
         kill_actor(algo.workers.remote_workers[0])
         during = algo.train()
         assert during["num_env_steps_trained"] > 0
-        after = algo.train()
+        # The replacement is healthy once its process has started (imports: seconds on an idle
+        # machine, much longer on a busy one): training goes on until then, a bounded number of
+        # iterations (pytest's timeout is the last guard).
+        for _ in range(300):
+            after = algo.train()
+            assert after["num_env_steps_trained"] > 0
+            if after["num_healthy_env_runners"] == 2:
+                break
         assert after["num_env_runner_restarts"] == 1
         assert after["num_healthy_env_runners"] == 2
         assert algo.workers.foreach_worker(lambda w: w.worker_index, local_worker=False) == [1, 2]
