@@ -9,7 +9,7 @@ fixture's start and end land on the test that started or ended it; a cluster idl
 on that test). Containers the kubelet starts live in the kubelet's cgroups: not counted. Each
 line also counts the Ray instances and worker processes (actors, task workers) the test started,
 from the log files Ray leaves under the worker's ``RAY_TMPDIR``/ray: a Ray worker that imports torch
-costs about 4.5 CPU-s to start, an instance about 10.
+pays 2.1 CPU-s for that import alone, an instance about 10 to start.
 
 Run (root, Linux; cgroup v1's ``cpuacct`` or cgroup v2)::
 
