@@ -78,4 +78,6 @@ def queue_state(workload: dict[str, Any] | None, queue: str) -> QueueState:
     admitted = _condition(workload, "Admitted")
     if admitted is not None and admitted.get("status") == "True":
         return QueueState("Admitted", "admitted by Kueue; the RayCluster is starting")
+    if reserved is None:  # Kueue made the Workload and has not considered it yet
+        return QueueState("Queued", f"waiting for Kueue to consider the RayCluster in LocalQueue {queue}")
     return QueueState("Queued", f"waiting in LocalQueue {queue}: quota reserved, admission checks pending")

@@ -49,3 +49,10 @@ def test_kueues_reasons_become_the_experiments():
     assert queue_state(None, "q").reason == "Queued"
     admitted = workload(("QuotaReserved", "True", "QuotaReserved", ""), ("Admitted", "True", "Admitted", ""))
     assert queue_state(admitted, "q").reason == "Admitted"
+
+
+def test_a_workload_kueue_has_not_considered_is_not_said_to_hold_quota():
+    unconsidered = queue_state(workload(), "q")
+    assert unconsidered.reason == "Queued" and "quota reserved" not in unconsidered.message
+    reserved = queue_state(workload(("QuotaReserved", "True", "QuotaReserved", "")), "q")
+    assert reserved.reason == "Queued" and "quota reserved, admission checks pending" in reserved.message

@@ -203,8 +203,13 @@ def test_kueue_queues_and_preempts_on_a_simulated_cluster(sim: SimulatedCluster)
         # A queue that does not exist: said in Kueue's words, never a hang nor a timeout.
         watcher.create(queued_experiment("lost", "low", queue="no-such-queue"))
         watcher.create(queued_experiment("low-a", "low"))
-        lost = watcher.wait("lost Queued, named", "lost", lambda s: s.get("phase") == "Queued", 60)
-        assert condition(lost, "Queued")["reason"] == "Inadmissible", lost
+
+        # Queued at once (no Workload yet), Inadmissible once Kueue has considered its Workload.
+        def inadmissible(status: dict[str, Any]) -> bool:
+            queued = status.get("phase") == "Queued"
+            return queued and condition(status, "Queued").get("reason") == "Inadmissible"
+
+        lost = watcher.wait("lost Queued as Inadmissible", "lost", inadmissible, 60)
         assert "no-such-queue" in lost["message"] and "doesn't exist" in lost["message"], lost
         running = watcher.wait(
             "low-a Running with progress", "low-a",
