@@ -10,6 +10,7 @@ no ``../shared/envtest``) or KubeRay's module cannot be had (no ``go``).
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ pytest_plugins = ["tests.cpu_report"]
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Operator timers tick every second in tests (the default is 10 s); read when handlers import.
 os.environ.setdefault("RLTRAINER_OPERATOR_POLL_INTERVAL_S", "1")
-# Under pytest-xdist (`make test` runs the suite in 2 worker processes) each worker keeps its
+# Under pytest-xdist (`make test` runs the suite in 3 worker processes) each worker keeps its
 # Ray instances' files in its own folder, where a bare ``ray.init()`` (Tune's) looks for the
 # latest cluster: a worker never attaches to the other's.
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -74,9 +75,19 @@ def pytest_xdist_make_scheduler(config, log):
 
     class NodeTestsTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "tests/node" if nodeid.startswith("tests/node/") else super()._split_scope(nodeid)
+            for folder in TOGETHER:
+                if nodeid.startswith(folder + "/"):
+                    return folder
+            return super()._split_scope(nodeid)
 
     return NodeTestsTogether(config, log)
+
+
+#: Folders whose files one pytest-xdist worker runs together: ``tests/node``'s share one real
+#: node (its kubelet, containerd and images); ``tests/operator``'s one control plane, started
+#: once and stopped after its last test (``control_plane``) instead of once in every worker and
+#: idling there to the end (3 CPU-s a minute each).
+TOGETHER = ("tests/node", "tests/operator")
 
 
 def _attach_log_capture_under_loggings_lock() -> None:
@@ -166,7 +177,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def control_plane():
+def control_plane(request: pytest.FixtureRequest):
+    """A real control plane (etcd, kube-apiserver, kube-controller-manager) with KubeRay's and
+    our CRDs, kept while consecutive test files use it and stopped after the last of them
+    (``pytest_runtest_teardown``): an idle one costs 3 CPU-s a minute until the session ends."""
     from rltrainer_operator.testing.envtest import MISSING_ASSETS, ControlPlane, find_assets
 
     assets = find_assets()
@@ -175,7 +189,11 @@ def control_plane():
     crds = kuberay_crd_files()
     with ControlPlane(assets) as plane:
         plane.install_crds(*crds, RLX_CRD)
-        yield plane
+        _RUNNING_PLANE.append((request._fixturedef, request))
+        try:
+            yield plane
+        finally:
+            _RUNNING_PLANE.clear()
 
 
 def kuberay_crd_files() -> list[Path]:
@@ -304,3 +322,23 @@ def s3_bucket(monkeypatch: pytest.MonkeyPatch, real_s3):
     empty_bucket(client, "trajectories")
     use_s3_identity(monkeypatch, real_s3)
     yield real_s3.endpoint, client
+
+
+#: The running ``control_plane`` fixture's definition and request, to stop it early.
+_RUNNING_PLANE: list[tuple[Any, Any]] = []
+_PLANE_FILES = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """Stop the session's control plane once the next test's file has no test that uses it (the
+    module fixtures built on it are down by then); a later file that needs one starts it again."""
+    yield
+    if not _RUNNING_PLANE:
+        return
+    session = item.session
+    if _PLANE_FILES not in session.stash:
+        session.stash[_PLANE_FILES] = {i.path for i in session.items if "control_plane" in i.fixturenames}
+    if nextitem is None or nextitem.path not in session.stash[_PLANE_FILES]:
+        fixturedef, request = _RUNNING_PLANE.pop()
+        fixturedef.finish(request)
