@@ -189,7 +189,9 @@ class PermissionCheck:
                 logger.warning("cannot check the operator's permissions: %s", err)
                 self._said_at = time.monotonic()
             return self.missing
-        changed = missing != (self.missing or [])
+        previous, changed = self.missing, missing != (self.missing or [])
+        # Readiness first: it answers from this before the line is logged and the event posted.
+        self.missing = missing
         if missing:
             message = describe(missing, self.user)
             if changed or self._due():
@@ -197,11 +199,10 @@ class PermissionCheck:
                 self._said_at = time.monotonic()
             if changed:
                 self._post("Warning", "PermissionDenied", message)
-        elif self.missing:
+        elif previous:
             message = "the operator's RBAC grants every call it makes again: it carries on"
             logger.info("%s", message)
             self._post("Normal", "Permitted", message)
-        self.missing = missing
         return missing
 
     def start(self) -> None:
