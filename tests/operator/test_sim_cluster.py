@@ -75,6 +75,19 @@ def wait_until(what: str, check, timeout_s: float):
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def wait_for_all(what: str, count, total: int, stall_s: float) -> None:
+    """Until ``count()`` reaches ``total``, for as long as it grows: a busy machine slows the
+    pace, it does not stop the progress; none more for ``stall_s`` seconds fails, naming how
+    many got there (pytest's timeout is the last guard)."""
+    best, grew_at = -1, time.monotonic()
+    while (done := count()) < total:
+        if done > best:
+            best, grew_at = done, time.monotonic()
+        elif time.monotonic() - grew_at > stall_s * timeout_scale():
+            raise AssertionError(f"{what}: {best} of {total}, and none more for {stall_s:.0f} s")
+        time.sleep(1)
+
+
 def test_100_experiments_run_on_100_simulated_nodes(sim: SimulatedCluster) -> None:
     manifests = [experiment(f"exp-{i:03d}", NAMESPACES[i % 2], gpu=i % 4 != 3) for i in range(EXPERIMENTS)]
     # The chart's 10 s timer.
@@ -83,13 +96,13 @@ def test_100_experiments_run_on_100_simulated_nodes(sim: SimulatedCluster) -> No
         since = sim.audit_offset()
         sim.create_experiments(manifests)
 
-        def all_running() -> bool:
+        def running() -> int:
             phases = sim.phases(NAMESPACES)
             unexpected = set(phases) - {None, "Pending", "Provisioning", "Running"}
             assert not unexpected, (phases, operator.log_tail())
-            return phases.get("Running") == EXPERIMENTS
+            return phases.get("Running", 0)
 
-        wait_until(f"{EXPERIMENTS} experiments Running", all_running, 180)
+        wait_for_all("experiments Running", running, EXPERIMENTS, 90)
 
         pods = sim.pods(NAMESPACES)
         assert len(pods) == 4 * EXPERIMENTS  # a head, a learner, two rollout workers each
@@ -116,11 +129,10 @@ def test_100_experiments_run_on_100_simulated_nodes(sim: SimulatedCluster) -> No
             assert address.split(":")[0] == heads[item["status"]["rayClusterName"]], address
 
         # The stand-in's progress reaches every status (the first at once, then once a minute).
-        wait_until(
-            "progress in every status",
-            lambda: all(item["status"].get("iteration") is not None for item in sim.experiments(NAMESPACES)),
-            60,
-        )
+        def with_progress() -> int:
+            return sum(item["status"].get("iteration") is not None for item in sim.experiments(NAMESPACES))
+
+        wait_for_all("statuses with progress", with_progress, EXPERIMENTS, 90)
 
         operator_requests = [r for r in sim.requests(since) if r["client"] == "operator"]
         per_experiment = len(operator_requests) / EXPERIMENTS
