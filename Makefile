@@ -77,7 +77,7 @@ demo: $(STAMP)
 
 # Three worker processes on 2 cores, whole files each (module fixtures such as a Ray instance stay
 # in one): the worker running tests/node mostly waits on Pods (160 of 700 s on the CPU), and a
-# third keeps both cores busy meanwhile (pytest 24.6 -> 20.4 min).
+# third keeps both cores busy meanwhile (pytest 24.6 min -> 17.4 and 20.3 in two runs).
 # Byte-compiled first: pip compiles the dependencies but not this checkout, and where
 # PYTHONDONTWRITEBYTECODE is set no process writes the .pyc files, so each of the suite's ~500
 # processes (Ray actors, CLI runs) compiled the modules it imports again (~0.2 s each).
