@@ -153,6 +153,16 @@ class SlowOnOneRunnerEnv(FixedLengthEnv):
         return super().step(action)
 
 
+class SlowStartEnv(FixedLengthEnv):
+    """Takes ``start_delay_s`` to build in remote env runners (worker index 1 and up), as a runner
+    importing torch on a busy machine does; the driver's copy builds at once."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        if getattr(config, "worker_index", 0) >= 1:
+            time.sleep(float((config or {}).get("start_delay_s", 3.0)))
+
+
 class FailingEnv(FixedLengthEnv):
     """Raises in ``step`` every ``fail_every``-th call across the process (to exercise restarts)."""
 

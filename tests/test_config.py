@@ -141,6 +141,7 @@ VALID_VALUES = {
     "restart_failed_sub_environments": True,
     "num_consecutive_env_runner_failures_tolerance": 5,
     "env_runner_health_probe_timeout_s": 10.0,
+    "env_runner_startup_timeout_s": 120.0,
     "restart_failed_learners": False,
     "max_num_learner_restarts": 2,
     "learner_restart_timeout_s": 30.0,

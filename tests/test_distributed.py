@@ -248,6 +248,47 @@ def test_slow_env_runner_times_out_instead_of_hanging(tmp_path):
         algo.stop()
 
 
+@pytest.mark.usefixtures("cluster")
+def test_env_runner_start_up_counts_against_no_sampling_or_probe_timeout(tmp_path):
+    """Remote runners that take longer to start (minutes on a busy machine: torch's import, the
+    envs' build) than ``sample_timeout_s`` and the health probe allow are waited for at build and
+    after a restart: never counted as silent samplers, never killed and started again."""
+    config = (
+        tuned_config(tmp_path)
+        .environment("tests.envs:SlowStartEnv", env_config={"start_delay_s": 3.0})
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=1, sample_timeout_s=2.0)
+        .training(train_batch_size=200, minibatch_size=100, num_epochs=1)
+        .resources(custom_resources_per_env_runner=ROLLOUT)
+        .fault_tolerance(delay_between_env_runner_restarts_s=0, env_runner_health_probe_timeout_s=0.5)
+    )
+    algo = config.build()
+    try:
+        assert algo.train()["num_env_runner_restarts"] == 0
+        sigkill_env_runner(algo, 0)
+        during = algo.train()  # runner 2 samples while the replacement starts
+        assert during["num_env_steps_sampled"] > 0
+        algo.workers.probe_unhealthy_env_runners(timeout_seconds=600)
+        after = algo.train()
+        assert (after["num_env_runner_restarts"], after["num_healthy_env_runners"]) == (1, 2)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_env_runner_that_does_not_start_in_time_is_named(tmp_path):
+    config = (
+        tuned_config(tmp_path)
+        .environment("tests.envs:SlowStartEnv", env_config={"start_delay_s": 120.0})
+        .env_runners(num_env_runners=1)
+        .resources(custom_resources_per_env_runner=ROLLOUT)
+        .fault_tolerance(restart_failed_env_runners=False, env_runner_startup_timeout_s=1.0)
+    )
+    with pytest.raises(
+        WorkerError, match=r"env runner\(s\) \[1\] did not start within env_runner_startup_timeout_s=1$"
+    ):
+        config.build()
+
+
 def sigkill_env_runner(algo: Algorithm, index: int) -> None:
     """SIGKILL the process of remote env runner ``index`` (0-based), as a node failure would."""
     pid = ray.get(algo.workers.remote_workers[index].apply.remote(lambda _runner: os.getpid()))
@@ -269,7 +310,9 @@ def test_sigkilled_env_runners_are_restarted_and_training_completes(tmp_path):
             sigkill_env_runner(algo, victim)
             during = algo.train()  # the victim's sample is lost; the other runner's is used
             assert during["num_env_steps_sampled"] > 0
-        after = algo.train()  # the second replacement starts before this round
+        # Replacements sample once they are up (training went on meanwhile): wait for the second.
+        algo.workers.probe_unhealthy_env_runners(timeout_seconds=600)
+        after = algo.train()
         assert after["num_env_runner_restarts"] == 2
         assert after["num_healthy_env_runners"] == 2
         assert after["training_iteration"] == 4

@@ -9,7 +9,6 @@ serves inference (``compute_single_action``) and holds the global observation fi
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,12 +29,14 @@ logger = logging.getLogger(__name__)
 class EnvRunnerGroup(RunnerFailures):
     """All env runners of an algorithm; RLlib's ``WorkerSet`` API over them.
 
-    Remote runners that die or time out are handled per the fault-tolerance settings: their
-    sample for that round is dropped; with ``restart_failed_env_runners`` a replacement starts
-    (in the same placement-group bundle, with the current weights and filter) once
-    ``delay_between_env_runner_restarts_s`` has passed, while training goes on with the
-    others; with ``ignore_env_runner_failures`` the runner is dropped; otherwise the failure
-    is raised as a ``WorkerError`` naming the runner.
+    The group is built once every remote runner has started (answered its first health probe,
+    within ``env_runner_startup_timeout_s``). Remote runners that die or time out are handled per
+    the fault-tolerance settings: their sample for that round is dropped; with
+    ``restart_failed_env_runners`` a replacement starts (in the same placement-group bundle,
+    with the current weights and filter) once ``delay_between_env_runner_restarts_s`` has
+    passed, and samples once it is up, while training goes on with the others; with
+    ``ignore_env_runner_failures`` the runner is dropped; otherwise the failure is raised as a
+    ``WorkerError`` naming the runner.
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class EnvRunnerGroup(RunnerFailures):
         self._remote: list[Any | None] = []  # by runner index (worker_index - 1 - offset); None: failed
         self._failures: list[int] = []  # consecutive failures per runner
         self._restart_at: dict[int, float] = {}  # runner index -> when to start its replacement
+        self._starting: dict[int, tuple[Any, Any, float, bool]] = {}
         self._weights_ref: Any = None
         # Asynchronous sampling (sample_async): request -> (runner index, actor, caller's tag).
         self._in_flight: dict[Any, tuple[int, Any, Any]] = {}
@@ -96,8 +98,15 @@ class EnvRunnerGroup(RunnerFailures):
         if config.num_env_runners > 0:
             if placement is None:
                 raise ValueError("remote env runners need the algorithm's placement group")
-            self._remote = [self._create_actor(i) for i in range(config.num_env_runners)]
+            self._remote = [None] * config.num_env_runners
             self._failures = [0] * config.num_env_runners
+            try:
+                for index in range(config.num_env_runners):
+                    self._start(index, replacement=False)
+                self._await_first_start()
+            except BaseException:
+                self.stop()
+                raise
 
     def _use_multi_agent_runners(self) -> None:
         """Sample with ``MultiAgentEnvRunner``s, once the config holds together as a multi-agent one
@@ -218,8 +227,8 @@ class EnvRunnerGroup(RunnerFailures):
         self.request_async(max_in_flight, tag, call)
         refs = list(self._in_flight)
         if not refs:  # every runner failed: wait (at most timeout) for the next replacement
-            if self._restart_at:
-                time.sleep(max(0.0, min(min(self._restart_at.values()) - time.monotonic(), timeout)))
+            if self.restarting:
+                self._wait_for_replacement(timeout)
             return []
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
         if ready:
@@ -457,9 +466,10 @@ class EnvRunnerGroup(RunnerFailures):
             stops = [runner.stop.remote() for runner in live] if self.config.output is not None else []
             if stops:  # with offline output each runner finishes its file before it is killed
                 ray.wait(stops, num_returns=len(stops), timeout=self.config.sample_timeout_s)
-            for runner in self._remote:
+            for runner in [*self._remote, *(entry[0] for entry in self._starting.values())]:
                 if runner is not None:
                     ray.kill(runner)
             self._remote = []
             self._restart_at = {}
+            self._starting = {}
             self._in_flight = {}

@@ -1,7 +1,13 @@
 """What ``EnvRunnerGroup`` does when remote env runners fail (RLlib's fault tolerance): results
 collected with a timeout, failures counted against ``num_consecutive_env_runner_failures_tolerance``,
 failed runners dropped or restarted in their bundle after ``delay_between_env_runner_restarts_s``
-with the current weights, filter and curriculum tasks, and each restart's health probe.
+with the current weights, filter and curriculum tasks.
+
+A runner's start-up (its process importing torch, building its envs and model) is not counted
+against the timeouts meant for a running one: a new runner only samples once it has answered its
+first health probe, and it has ``env_runner_startup_timeout_s`` to do so. Training goes on with
+the other runners while a replacement starts (on a busy machine a start can take minutes; a
+replacement killed for being slow would only start again).
 """
 
 from __future__ import annotations
@@ -26,34 +32,134 @@ class RunnerFailures:
     _remote: list[Any]
     _restart_at: dict[int, float]
     _failures: Any
+    # Runners started and not yet answering their first probe: index -> (actor, the probe's
+    # ref, when it was started, whether it replaces a failed runner).
+    _starting: dict[int, tuple[Any, Any, float, bool]]
     num_restarts: int
 
     def _live(self) -> dict[int, Any]:
-        """Runners that can sample now, after starting replacements that are due."""
+        """Runners that can sample now, after starting replacements that are due (when none can,
+        waits for the next one to come up)."""
         while True:
             self._restart_due()
             live = {i: runner for i, runner in enumerate(self._remote) if runner is not None}
             if live:
                 return live
-            if not self._restart_at:
+            if not self._restart_at and not self._starting:
                 raise WorkerError("every env runner has failed and none is being restarted")
-            time.sleep(max(0.0, min(self._restart_at.values()) - time.monotonic()))
+            self._wait_for_replacement(float("inf"))
+
+    @property
+    def restarting(self) -> bool:
+        """Whether a failed runner's replacement is due or starting (a round with no sample is
+        then expected, not a sign of runners that stopped answering)."""
+        return bool(self._restart_at or self._starting)
+
+    def _wait_for_replacement(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for a replacement to come up or become due."""
+        wait = min(timeout, self.config.env_runner_health_probe_timeout_s)
+        if self._restart_at:
+            wait = min(wait, max(0.0, min(self._restart_at.values()) - time.monotonic()))
+        if self._starting:
+            self._admit_started(wait)
+        else:
+            time.sleep(wait)
 
     def _restart_due(self) -> None:
+        """Start the replacements that are due and probe them for up to
+        ``env_runner_health_probe_timeout_s`` (they usually join in this round); one still
+        starting then is probed again each round, as RLlib re-probes unhealthy runners, not
+        killed: on a busy machine a start can outlast the probe."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
 
+        started = []
         for index, due in sorted(self._restart_at.items()):
             if due > time.monotonic():
                 continue
             del self._restart_at[index]
-            actor = self._create_actor(index)
-            try:
-                ray.get(actor.ping.remote(), timeout=self.config.env_runner_health_probe_timeout_s)
-            except (GetTimeoutError, RayActorError) as err:
+            self._start(index, replacement=True)
+            started.append(self._starting[index][1])
+        if started:
+            cfg = self.config
+            probe = min(cfg.env_runner_health_probe_timeout_s, cfg.env_runner_startup_timeout_s)
+            ray.wait(started, num_returns=len(started), timeout=probe)
+        self._admit_started(0.0)
+
+    def probe_unhealthy_env_runners(self, timeout_seconds: float | None = None) -> list[int]:
+        """Start the replacements that are due and wait up to ``timeout_seconds`` (default
+        ``env_runner_health_probe_timeout_s``) for the starting ones to answer their health
+        probe; returns the worker indices of those that came up (RLlib's method)."""
+        before = {i for i, runner in enumerate(self._remote) if runner is not None}
+        self._restart_due()
+        wait = self.config.env_runner_health_probe_timeout_s if timeout_seconds is None else timeout_seconds
+        deadline = time.monotonic() + wait
+        while self._starting and deadline > time.monotonic():
+            self._admit_started(deadline - time.monotonic())
+        return [
+            self._worker_index(i)
+            for i, runner in enumerate(self._remote)
+            if runner is not None and i not in before
+        ]
+
+    probe_unhealthy_workers = probe_unhealthy_env_runners  # the old API stack's name
+
+    def _start(self, index: int, replacement: bool) -> None:
+        actor = self._create_actor(index)
+        self._starting[index] = (actor, actor.ping.remote(), time.monotonic(), replacement)
+
+    def _await_first_start(self) -> None:
+        """Block until every runner started at build has come up or failed (RLlib's
+        ``validate_env_runners_after_construction``): sampling timeouts start after start-up, and
+        every runner samples from the first round on, so results do not depend on start-up times."""
+        started = time.monotonic()
+        while self._starting:
+            self._admit_started(self.config.env_runner_health_probe_timeout_s)
+            if self._starting:
+                logger.info(
+                    "waiting for env runner(s) %s to start (%.0f s so far; env_runner_startup_timeout_s=%g)",
+                    sorted(self._worker_index(i) for i in self._starting),
+                    time.monotonic() - started,
+                    self.config.env_runner_startup_timeout_s,
+                )
+
+    def _admit_started(self, wait: float) -> None:
+        """Runners that answered their first probe (waiting at most ``wait`` s for one) take calls
+        from now on; one that died starting, or is still starting after
+        ``env_runner_startup_timeout_s``, is a failure."""
+        if not self._starting:
+            return
+        import ray
+
+        limit = self.config.env_runner_startup_timeout_s
+        first_deadline = min(entry[2] for entry in self._starting.values()) + limit
+        wait = max(0.0, min(wait, first_deadline - time.monotonic()))
+        by_ref = {entry[1]: index for index, entry in self._starting.items()}
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=wait)
+        if ready:
+            ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
+        failures: dict[int, str] = {}
+        for ref in ready:
+            index = by_ref[ref]
+            actor, _, _, replacement = self._starting.pop(index)
+            _, failure = self._result_or_failure(ref, "start-up")
+            if failure is not None:
                 ray.kill(actor)
-                self._handle_failures({index: f"did not pass its health probe ({type(err).__name__})"})
-                continue
+                failures[index] = failure
+            else:
+                self._join(index, actor, replacement)
+        for index, (actor, _, started, _) in list(self._starting.items()):
+            if time.monotonic() - started > limit:
+                del self._starting[index]
+                ray.kill(actor)
+                failures[index] = f"did not start within env_runner_startup_timeout_s={limit:g}"
+        self._handle_failures(failures)
+
+    def _join(self, index: int, actor: Any, replacement: bool) -> None:
+        """A runner that came up takes calls; a replacement first gets the current weights,
+        filter and curriculum tasks."""
+        import ray
+
+        if replacement:
             if self._runner_class is not EnvRunner:  # multi-agent: every policy's, frozen ones too
                 actor.set_weights.remote(ray.put(_as_numpy(self._local.get_weights())))
             elif self._weights_ref is not None:
@@ -65,7 +171,8 @@ class RunnerFailures:
                 actor.set_env_tasks.remote(self._env_tasks[index])
             if index in self._missed_task_call:  # ...and catches up with the call it missed
                 actor.apply_env_task_fn.remote(self._env_task_fn, self._task_results)
-            self._remote[index] = actor
+        self._remote[index] = actor
+        if replacement:
             self.num_restarts += 1
             logger.warning(
                 "env runner %d restarted (%d restarts so far)", self._worker_index(index), self.num_restarts
@@ -93,7 +200,8 @@ class RunnerFailures:
                 ray.kill(self._remote[index])
                 self._remote[index] = None
             if ft.restart_failed_env_runners:
-                if self.num_restarts + len(self._restart_at) >= ft.max_num_env_runner_restarts:
+                pending = len(self._restart_at) + len(self._starting)
+                if self.num_restarts + pending >= ft.max_num_env_runner_restarts:
                     raise WorkerError(
                         f"env runner {self._worker_index(index)} {reason}, and max_num_env_runner_restarts="
                         f"{ft.max_num_env_runner_restarts} restarts are used up"

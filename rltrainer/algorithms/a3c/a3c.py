@@ -90,6 +90,8 @@ class A3C(A2C):
         learner = self.learner_group.local_learner
         if self._weights_ref is None:
             self._weights_ref = ray.put(self._numpy_weights())
+        if not group.num_in_flight():  # the silence clock runs while requests are out
+            self._last_result_at = time.monotonic()
         with self.timed("sample"):
             call = (runner_gradient, self._weights_ref)
             results = group.sample_async(
@@ -107,8 +109,9 @@ class A3C(A2C):
             self._num_updates += 1
             self.counters.num_env_steps_trained += steps
         now = time.monotonic()
-        if results:
+        if results or group.restarting:  # a replacement's start-up is not a silent runner
             self._last_result_at = now
+        if results:
             with self.timed("synch_weights"):
                 weights = self._numpy_weights()
                 self._weights_ref = ray.put(weights)

@@ -49,11 +49,13 @@ class ApexSampling(OffPolicyAlgorithm):
         if not group.num_remote_workers():
             return super().sample_for_replay()
         cfg = self.config
+        if not group.num_in_flight():  # the silence clock runs while requests are out
+            self._last_sample_at = time.monotonic()
         with self.timed("sample"):
             results = group.sample_async(
                 cfg.max_requests_in_flight_per_env_runner, timeout=cfg.sample_timeout_s
             )
-        if results:
+        if results or group.restarting:  # a replacement's start-up is not a silent runner
             self._last_sample_at = time.monotonic()
         elif time.monotonic() - self._last_sample_at > cfg.sample_timeout_s:
             # Failed runners are replaced in the background; this is none coming back in time.

@@ -17,6 +17,7 @@ KEYS = (
     "restart_failed_sub_environments",
     "num_consecutive_env_runner_failures_tolerance",
     "env_runner_health_probe_timeout_s",
+    "env_runner_startup_timeout_s",
     "restart_failed_learners",
     "max_num_learner_restarts",
     "learner_restart_timeout_s",
@@ -39,7 +40,13 @@ class FaultToleranceSettings(ConfigSection):
     num_consecutive_env_runner_failures_tolerance: int = Field(100, ge=1)
     """Failures in a row of one env runner after which training stops with an error."""
     env_runner_health_probe_timeout_s: float = Field(30.0, gt=0)
-    """How long a restarted env runner has to answer its first health probe."""
+    """How long the health probe of a replacement env runner waits for it to come up before
+    training goes on without it; one still starting is probed again each round (as RLlib
+    re-probes unhealthy runners) until ``env_runner_startup_timeout_s``."""
+    env_runner_startup_timeout_s: float = Field(600.0, gt=0)
+    """How long a remote env runner has to come up (its process importing torch, building its envs
+    and model), at build and after a restart, before it counts as failed. Its sampling timeouts
+    start once it is up."""
     restart_failed_learners: bool = True
     """Replace the learner actors when one dies (all of them, in their bundles, from the driver's
     copy of the last update's state) and run the failed update again."""
