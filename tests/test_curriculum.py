@@ -180,7 +180,9 @@ def test_curriculum_in_remote_runners_and_their_replacements(tmp_path):
         config(tmp_path, env_task_fn=envs.curriculum_ending_runner_1)
         .env_runners(num_env_runners=2)
         .training(train_batch_size=40, minibatch_size=40)
-        .fault_tolerance(delay_between_env_runner_restarts_s=0)
+        # Each replacement's probe waits for it (its start takes seconds idle, minutes on a busy
+        # machine), so that it samples in the iteration the test reads.
+        .fault_tolerance(delay_between_env_runner_restarts_s=0, env_runner_health_probe_timeout_s=600)
         .build()
     )
 
