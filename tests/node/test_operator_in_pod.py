@@ -5,8 +5,9 @@ What only a running Pod shows: the chart's Deployment starts (ServiceAccount tok
 in-cluster configuration, probes, security contexts, resources), the real authorizer judges every
 request by the Pod's own token, the metrics and liveness endpoints answer, logs are JSON lines
 when the chart asks, an RLExperiment is reconciled by that Pod, a restart of the Pod loses nothing
-and a SIGTERM ends it within the grace period. Bad values: an image the node lacks and a memory
-limit too small show on the Pod, where `kubectl describe` finds them.
+and a SIGTERM ends it within the grace period; with a rule taken from its Role, or its token revoked
+(``make e2e``), it says so and stays up, no crash loop hiding the cause. Bad values: an image the
+node lacks and a memory limit too small show on the Pod, where `kubectl describe` finds them.
 
 The chart runs exactly as rendered: the operator Pod is on the pod network and reaches the API
 server through the ``kubernetes`` Service (kube-proxy routes its cluster IP to the API server,
@@ -335,6 +336,144 @@ def test_an_experiment_image_missing_from_the_node_becomes_its_condition(control
         and experiment["status"]["message"] == found["message"]
     )
     control_plane.kubectl_run("delete", "rlexperiment", "ppo-missing-image", "-n", WATCHED, "--wait=false")
+
+
+def ready_condition(control_plane, name: str) -> dict[str, Any]:
+    status = (get(control_plane, "rlexperiment", name, "-n", WATCHED) or {}).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+
+
+def operator_restarts(control_plane) -> int:
+    (pod,) = operator_pods(control_plane)
+    return sum(s["restartCount"] for s in pod["status"].get("containerStatuses", []))
+
+
+def liveness_answers(pod: dict[str, Any]) -> str:
+    """What kopf's liveness endpoint, which the kubelet's probe asks, answers now."""
+    (container,) = pod["spec"]["containers"]
+    port = next(p["containerPort"] for p in container["ports"] if p["name"] == "healthz")
+    return answers(f"http://{pod['status']['podIP']}:{port}/healthz")
+
+
+def without_verb(role: dict[str, Any], group: str, resource: str, verb: str) -> dict[str, Any]:
+    """The Role as applied (no server-set fields) without one call."""
+    rules = []
+    for rule in role["rules"]:
+        verbs = rule["verbs"]
+        if group in rule.get("apiGroups", []) and resource in rule.get("resources", []):
+            verbs = [v for v in verbs if v != verb]
+        if verbs:
+            rules.append({**rule, "verbs": verbs})
+    return {**as_applied(role), "rules": rules}
+
+
+def as_applied(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
+    return {**obj, "metadata": meta}
+
+
+@pytest.mark.e2e_only(
+    "tests/operator/test_rbac_revoked.py's missing rule, with the kopf runtime on the API server"
+)
+@pytest.mark.usefixtures("operator_release")
+def test_a_rule_taken_from_the_pods_role_is_a_condition_and_nothing_restarts(control_plane) -> None:
+    """The chart's Role in the watched namespace loses ``create rayclusters``: the experiment's
+    Ready condition and a Warning event name the call, the operator Pod stays up (no crash loop
+    hiding the cause), and with the rule back the RayCluster is made, no restart."""
+    name = "ppo-without-rights"
+    role = get(control_plane, "role", RELEASE, "-n", WATCHED)
+    restarts = operator_restarts(control_plane)
+    apply(control_plane, without_verb(role, "ray.io", "rayclusters", "create"))
+    try:
+        apply(control_plane, {**EXPERIMENT, "metadata": {"name": name, "namespace": WATCHED}})
+        denied = wait_for(
+            "Ready: PermissionDenied",
+            lambda: (c := ready_condition(control_plane, name)).get("reason") == "PermissionDenied" and c,
+            90,
+            explain=lambda: describe(control_plane, "rlexperiment", name, WATCHED),
+        )
+        assert f"may not create rayclusters.ray.io in namespace {WATCHED}" in denied["message"], denied
+        assert f"--as={SERVICE_ACCOUNT}" in denied["message"], denied
+        events = get(
+            control_plane, "events", "-n", WATCHED, "--field-selector", f"involvedObject.name={name}"
+        )
+        assert any(e["type"] == "Warning" and e["reason"] == "PermissionDenied" for e in events["items"]), [
+            (e["reason"], e["message"]) for e in events["items"]
+        ]
+        # Up through kopf's backoff: the kubelet's liveness probe is answered, nothing restarted.
+        (pod,) = operator_pods(control_plane)
+        assert liveness_answers(pod) and operator_restarts(control_plane) == restarts
+    finally:
+        apply(control_plane, as_applied(role))
+    back = time.monotonic()
+    wait_for(
+        "the RayCluster, once the rule is back",
+        lambda: get(control_plane, "rayclusters", "-n", WATCHED, "-l", f"rltrainer.io/experiment={name}")[
+            "items"
+        ],
+        120,
+    )
+    recovered_s = time.monotonic() - back
+    assert ready_condition(control_plane, name).get("reason") != "PermissionDenied"
+    assert operator_restarts(control_plane) == restarts
+    print(
+        json.dumps(
+            {
+                "benchmark": "cluster_fault",
+                "fault": "rbac-rule-removed",
+                "seconds_to_recover": round(recovered_s, 1),
+                "restarts": 0,
+            }
+        )
+    )
+    control_plane.kubectl_run("delete", "rlexperiment", name, "-n", WATCHED, "--wait=false")
+
+
+@pytest.mark.e2e_only(
+    "tests/operator/test_rbac_revoked.py's revoked token, with the kopf runtime on the API server"
+)
+@pytest.mark.usefixtures("operator_release")
+def test_the_pods_token_revoked_is_said_and_the_pod_stays_up(control_plane, operator_release) -> None:
+    """The operator's ServiceAccount deleted (the Pod's bound token refused: 401): the operator
+    says so in its log and stays up, waiting with backoff, not a crash loop; the ServiceAccount
+    back and the Pod replaced (a fresh token), it reconciles again."""
+    (account,) = [o for o in operator_release["objects"] if o["kind"] == "ServiceAccount"]
+    (pod,) = operator_pods(control_plane)
+    restarts = operator_restarts(control_plane)
+    delete(control_plane, account, wait=True)
+    name = "ppo-without-a-token"
+    try:
+        # The watch stream, opened before, still delivers it; every call its handler makes is refused.
+        apply(control_plane, {**EXPERIMENT, "metadata": {"name": name, "namespace": WATCHED}})
+        said = wait_for(
+            "the refused token in the operator's log",
+            lambda: [
+                line
+                for line in control_plane.kubectl_run(
+                    "logs", pod["metadata"]["name"], "-n", NAMESPACE, check=False
+                ).stdout.splitlines()
+                if "does not accept the operator's credentials" in line
+            ],
+            120,
+        )
+        print("logged:", said[0][:300])
+        # Up through kopf's backoff: the kubelet's liveness probe is answered, nothing restarted.
+        assert liveness_answers(pod) and operator_restarts(control_plane) == restarts
+    finally:
+        apply(control_plane, as_applied(account))
+        control_plane.kubectl_run("delete", "rlexperiment", name, "-n", WATCHED, "--wait=false", check=False)
+    control_plane.kubectl_run(
+        "delete", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--wait=true", "--timeout=120s"
+    )
+    control_plane.kubectl_run("rollout", "status", f"deployment/{RELEASE}", "-n", NAMESPACE, "--timeout=180s")
+    name = "ppo-after-new-token"
+    apply(control_plane, {**EXPERIMENT, "metadata": {"name": name, "namespace": WATCHED}})
+    wait_for(
+        "the experiment reconciled with the new Pod's token",
+        lambda: (get(control_plane, "rlexperiment", name, "-n", WATCHED) or {}).get("status"),
+        60,
+    )
+    control_plane.kubectl_run("delete", "rlexperiment", name, "-n", WATCHED, "--wait=false")
 
 
 def lease_holder(control_plane) -> str:
