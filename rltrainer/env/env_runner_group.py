@@ -9,6 +9,7 @@ serves inference (``compute_single_action``) and holds the global observation fi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ from rltrainer.core.cluster import Placement, env_runner_bundle
 from rltrainer.env.apis.task_settable_env import resolve_env_task_fn
 from rltrainer.env.env_runner import EnvRunner, EpisodeStats, Rollout
 from rltrainer.env.registry import MultiAgentEnvFoundError, creators_for
-from rltrainer.env.runner_failures import RunnerFailures, _as_numpy
+from rltrainer.env.runner_failures import RunnerFailures, Starting, _as_numpy
 from rltrainer.errors import WorkerError
 from rltrainer.models.catalog import ModelCatalog
 from rltrainer.utils.compression import unpack_rollout
@@ -90,10 +91,12 @@ class EnvRunnerGroup(RunnerFailures):
         self._remote: list[Any | None] = []  # by runner index (worker_index - 1 - offset); None: failed
         self._failures: list[int] = []  # consecutive failures per runner
         self._restart_at: dict[int, float] = {}  # runner index -> when to start its replacement
-        self._starting: dict[int, tuple[Any, Any, float, bool]] = {}
+        self._starting: dict[int, Starting] = {}
         self._weights_ref: Any = None
         # Asynchronous sampling (sample_async): request -> (runner index, actor, caller's tag).
         self._in_flight: dict[Any, tuple[int, Any, Any]] = {}
+        # The last answer to sample_async's requests (or the start of the wait for one): silent_s.
+        self._answered_at = time.monotonic()
         self.num_restarts = 0
         if config.num_env_runners > 0:
             if placement is None:
@@ -224,11 +227,15 @@ class EnvRunnerGroup(RunnerFailures):
         """
         import ray
 
+        if not self._in_flight:  # the silence clock runs while requests are out
+            self._answered_at = time.monotonic()
         self.request_async(max_in_flight, tag, call)
         refs = list(self._in_flight)
         if not refs:  # every runner failed: wait (at most timeout) for the next replacement
             if self.restarting:
                 self._wait_for_replacement(timeout)
+            if self.restarting:
+                self._answered_at = time.monotonic()
             return []
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
         if ready:
@@ -252,11 +259,18 @@ class EnvRunnerGroup(RunnerFailures):
         self._in_flight = {
             ref: entry for ref, entry in self._in_flight.items() if self._remote[entry[0]] is entry[1]
         }
+        if results or self.restarting:  # a replacement's start-up is not a silent runner
+            self._answered_at = time.monotonic()
         if results:
             self.apply_filter_deltas(deltas)
         if refill:
             self.request_async(max_in_flight, tag, call)
         return results
+
+    def silent_s(self) -> float:
+        """Seconds that ``sample_async``'s requests have gone unanswered, not counting a
+        replacement's start-up: the asynchronous algorithms fail past ``sample_timeout_s``."""
+        return time.monotonic() - self._answered_at
 
     def request_async(self, max_in_flight: int, tag: Any = None, call: tuple[Any, ...] | None = None) -> None:
         """Send requests (``sample()``, or ``call``) until every live runner has ``max_in_flight``
@@ -466,7 +480,7 @@ class EnvRunnerGroup(RunnerFailures):
             stops = [runner.stop.remote() for runner in live] if self.config.output is not None else []
             if stops:  # with offline output each runner finishes its file before it is killed
                 ray.wait(stops, num_returns=len(stops), timeout=self.config.sample_timeout_s)
-            for runner in [*self._remote, *(entry[0] for entry in self._starting.values())]:
+            for runner in [*self._remote, *(start.actor for start in self._starting.values())]:
                 if runner is not None:
                     ray.kill(runner)
             self._remote = []

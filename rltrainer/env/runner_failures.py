@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,6 +22,15 @@ from rltrainer.env.env_runner import EnvRunner
 from rltrainer.errors import CallbackError, NumericalError, WorkerError
 
 logger = logging.getLogger(__name__)
+
+
+class Starting(NamedTuple):
+    """A runner started and not yet answering its first health probe."""
+
+    actor: Any
+    probe: Any  # the ping's object ref
+    started_at: float
+    replacement: bool  # replaces a failed runner (gets the current weights, filter and tasks)
 
 
 class RunnerFailures:
@@ -32,9 +41,7 @@ class RunnerFailures:
     _remote: list[Any]
     _restart_at: dict[int, float]
     _failures: Any
-    # Runners started and not yet answering their first probe: index -> (actor, the probe's
-    # ref, when it was started, whether it replaces a failed runner).
-    _starting: dict[int, tuple[Any, Any, float, bool]]
+    _starting: dict[int, Starting]  # by runner index
     num_restarts: int
 
     def _live(self) -> dict[int, Any]:
@@ -78,7 +85,7 @@ class RunnerFailures:
                 continue
             del self._restart_at[index]
             self._start(index, replacement=True)
-            started.append(self._starting[index][1])
+            started.append(self._starting[index].probe)
         if started:
             cfg = self.config
             probe = min(cfg.env_runner_health_probe_timeout_s, cfg.env_runner_startup_timeout_s)
@@ -105,7 +112,7 @@ class RunnerFailures:
 
     def _start(self, index: int, replacement: bool) -> None:
         actor = self._create_actor(index)
-        self._starting[index] = (actor, actor.ping.remote(), time.monotonic(), replacement)
+        self._starting[index] = Starting(actor, actor.ping.remote(), time.monotonic(), replacement)
 
     def _await_first_start(self) -> None:
         """Block until every runner started at build has come up or failed (RLlib's
@@ -131,52 +138,53 @@ class RunnerFailures:
         import ray
 
         limit = self.config.env_runner_startup_timeout_s
-        first_deadline = min(entry[2] for entry in self._starting.values()) + limit
+        first_deadline = min(start.started_at for start in self._starting.values()) + limit
         wait = max(0.0, min(wait, first_deadline - time.monotonic()))
-        by_ref = {entry[1]: index for index, entry in self._starting.items()}
+        by_ref = {start.probe: index for index, start in self._starting.items()}
         ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=wait)
         if ready:
             ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
         failures: dict[int, str] = {}
         for ref in ready:
             index = by_ref[ref]
-            actor, _, _, replacement = self._starting.pop(index)
+            start = self._starting.pop(index)
             _, failure = self._result_or_failure(ref, "start-up")
             if failure is not None:
-                ray.kill(actor)
+                ray.kill(start.actor)
                 failures[index] = failure
             else:
-                self._join(index, actor, replacement)
-        for index, (actor, _, started, _) in list(self._starting.items()):
-            if time.monotonic() - started > limit:
+                self._join(index, start)
+        for index, start in list(self._starting.items()):
+            if time.monotonic() - start.started_at > limit:
                 del self._starting[index]
-                ray.kill(actor)
+                ray.kill(start.actor)
                 failures[index] = f"did not start within env_runner_startup_timeout_s={limit:g}"
         self._handle_failures(failures)
 
-    def _join(self, index: int, actor: Any, replacement: bool) -> None:
+    def _join(self, index: int, start: Starting) -> None:
         """A runner that came up takes calls; a replacement first gets the current weights,
         filter and curriculum tasks."""
         import ray
 
-        if replacement:
-            if self._runner_class is not EnvRunner:  # multi-agent: every policy's, frozen ones too
-                actor.set_weights.remote(ray.put(_as_numpy(self._local.get_weights())))
-            elif self._weights_ref is not None:
-                actor.set_weights.remote(self._weights_ref)
-            state = self._local.get_filter_state()
-            if state:
-                actor.set_filter_state.remote(ray.put(state))
-            if index in self._env_tasks:  # the curriculum goes on where its predecessor was...
-                actor.set_env_tasks.remote(self._env_tasks[index])
-            if index in self._missed_task_call:  # ...and catches up with the call it missed
-                actor.apply_env_task_fn.remote(self._env_task_fn, self._task_results)
+        actor = start.actor
         self._remote[index] = actor
-        if replacement:
-            self.num_restarts += 1
-            logger.warning(
-                "env runner %d restarted (%d restarts so far)", self._worker_index(index), self.num_restarts
-            )
+        if not start.replacement:
+            return
+        if self._runner_class is not EnvRunner:  # multi-agent: every policy's, frozen ones too
+            actor.set_weights.remote(ray.put(_as_numpy(self._local.get_weights())))
+        elif self._weights_ref is not None:
+            actor.set_weights.remote(self._weights_ref)
+        state = self._local.get_filter_state()
+        if state:
+            actor.set_filter_state.remote(ray.put(state))
+        if index in self._env_tasks:  # the curriculum goes on where its predecessor was...
+            actor.set_env_tasks.remote(self._env_tasks[index])
+        if index in self._missed_task_call:  # ...and catches up with the call it missed
+            actor.apply_env_task_fn.remote(self._env_task_fn, self._task_results)
+        self.num_restarts += 1
+        logger.warning(
+            "env runner %d restarted (%d restarts so far)", self._worker_index(index), self.num_restarts
+        )
 
     def _handle_failures(self, failures: dict[int, str]) -> None:
         import ray

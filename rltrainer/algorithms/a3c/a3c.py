@@ -10,7 +10,6 @@ Without remote runners it is A2C.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -77,7 +76,6 @@ class A3C(A2C):
         super().setup(config)
         self._weights_ref: Any = None
         self._num_updates = 0
-        self._last_result_at = time.monotonic()
         self._last_stats: dict[str, float] = {}
 
     def training_step(self) -> dict[str, float]:
@@ -90,8 +88,6 @@ class A3C(A2C):
         learner = self.learner_group.local_learner
         if self._weights_ref is None:
             self._weights_ref = ray.put(self._numpy_weights())
-        if not group.num_in_flight():  # the silence clock runs while requests are out
-            self._last_result_at = time.monotonic()
         with self.timed("sample"):
             call = (runner_gradient, self._weights_ref)
             results = group.sample_async(
@@ -108,15 +104,12 @@ class A3C(A2C):
             lags.append(self._num_updates - sent_at)
             self._num_updates += 1
             self.counters.num_env_steps_trained += steps
-        now = time.monotonic()
-        if results or group.restarting:  # a replacement's start-up is not a silent runner
-            self._last_result_at = now
         if results:
             with self.timed("synch_weights"):
                 weights = self._numpy_weights()
                 self._weights_ref = ray.put(weights)
                 group.local_worker().set_weights(weights)
-        elif now - self._last_result_at > cfg.sample_timeout_s:
+        elif group.silent_s() > cfg.sample_timeout_s:
             raise WorkerError(
                 f"no env runner returned a gradient within sample_timeout_s={cfg.sample_timeout_s:g}"
             )

@@ -14,7 +14,6 @@ actors, whatever ``num_replay_buffer_shards`` says).
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from rltrainer.algorithms.apex.apex_config import ApexDDPGConfig, ApexDQNConfig
@@ -42,22 +41,17 @@ class ApexSampling(OffPolicyAlgorithm):
                 shards,
             )
         self._sampled_since_sync = 0
-        self._last_sample_at = time.monotonic()
 
     def sample_for_replay(self) -> list[Any]:
         group = self.env_runner_group
         if not group.num_remote_workers():
             return super().sample_for_replay()
         cfg = self.config
-        if not group.num_in_flight():  # the silence clock runs while requests are out
-            self._last_sample_at = time.monotonic()
         with self.timed("sample"):
             results = group.sample_async(
                 cfg.max_requests_in_flight_per_env_runner, timeout=cfg.sample_timeout_s
             )
-        if results or group.restarting:  # a replacement's start-up is not a silent runner
-            self._last_sample_at = time.monotonic()
-        elif time.monotonic() - self._last_sample_at > cfg.sample_timeout_s:
+        if not results and group.silent_s() > cfg.sample_timeout_s:
             # Failed runners are replaced in the background; this is none coming back in time.
             raise WorkerError(
                 f"no env runner finished a sample within sample_timeout_s={cfg.sample_timeout_s:g}"
