@@ -43,6 +43,39 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r}){detail}")
 
 
+def wait_along(
+    what: str,
+    progress: Callable[[], tuple[Any, str]],
+    stuck_s: float,
+    total_s: float,
+    interval_s: float = 1.0,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Wait for the end of a path of states, as long as the path moves.
+
+    ``progress()`` returns ``(done, where)``: the value to return once there (truthy), else a
+    falsy one and where things stand (a phase, a Pod's container states); it raises
+    AssertionError for a state that cannot lead there. The wait fails when ``where`` stays the same
+    for ``stuck_s``, naming it, and after ``total_s`` in all (both times
+    ``RLTRAINER_TEST_TIMEOUT_SCALE``): a slow machine that keeps moving is waited for, a step that
+    never comes is named."""
+    stuck_s, total_s = stuck_s * timeout_scale(), total_s * timeout_scale()
+    started = since = time.monotonic()
+    where = None
+    while True:
+        done, now = progress()
+        if done:
+            return done
+        if now != where:
+            where, since = now, time.monotonic()
+        stalled = time.monotonic() - since > stuck_s
+        if stalled or time.monotonic() - started > total_s:
+            detail = f"\n{explain()}" if explain is not None else ""
+            why = f"no change for {stuck_s:.0f}s" if stalled else f"{total_s:.0f}s in all"
+            raise AssertionError(f"{what}: {why}, stuck at: {where}{detail}")
+        time.sleep(interval_s)
+
+
 def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     for item in ((obj or {}).get("status") or {}).get("conditions") or []:
         if item["type"] == kind:

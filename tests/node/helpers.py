@@ -41,6 +41,43 @@ def container_states(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+#: A container waiting for one of these never starts without a change to its Pod or node.
+NEVER_STARTS = (
+    "ErrImageNeverPull",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+)
+
+
+def pod_where(pod: Any) -> str:
+    """Where a Pod (a client ``V1Pod``) is on its way to running: unscheduled (and the scheduler's
+    reason), or its node and each container's state. Raises AssertionError for a container that
+    cannot start (``NEVER_STARTS``), naming it and the kubelet's message."""
+    name, status = pod.metadata.name, pod.status
+    if not pod.spec.node_name:
+        unscheduled = [c for c in status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
+        reason = f" ({unscheduled[0].reason}: {unscheduled[0].message})" if unscheduled else ""
+        return f"{name} unscheduled{reason}"
+    states = []
+    for container in (status.init_container_statuses or []) + (status.container_statuses or []):
+        state = container.state
+        if state.waiting is not None:
+            if state.waiting.reason in NEVER_STARTS:
+                raise AssertionError(
+                    f"{name}: container {container.name} cannot start: {state.waiting.reason}: "
+                    f"{state.waiting.message}"
+                )
+            states.append(f"{container.name} waiting ({state.waiting.reason})")
+        elif state.running is not None:
+            states.append(f"{container.name} running{', ready' if container.ready else ''}")
+        elif state.terminated is not None:
+            states.append(f"{container.name} ended ({state.terminated.reason})")
+    return f"{name} on {pod.spec.node_name}: {', '.join(states) or 'no container started yet'}"
+
+
 def describe(plane: ControlPlane, kind: str, name: str, namespace: str) -> str:
     return plane.kubectl_run("describe", kind, name, "-n", namespace, check=False).stdout[-4000:]
 

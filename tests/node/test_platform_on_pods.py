@@ -29,7 +29,8 @@ from rltrainer_operator.builders.naming import raycluster_name
 from rltrainer_operator.testing.local_stack import GPU_NODE, GPU_NODE_LABELS, LocalStack
 from tests.conftest import built_part
 from tests.e2e import test_journey as journeys
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import wait_along
+from tests.node.helpers import pod_where
 
 #: The full journey on Pods stops here: 1.5 s iterations, CartPole solved long before.
 POD_JOURNEY_ITERATIONS = 75
@@ -150,6 +151,43 @@ def said(status: dict[str, Any], reason: str) -> bool:
     return any(c.get("reason") == reason for c in status.get("conditions") or [])
 
 
+def experiment_where(platform: journeys.Platform, name: str, namespace: str) -> tuple[dict[str, Any], str]:
+    """The experiment's status and where it stands: its phase, its job, and each Pod of its
+    RayCluster (scheduled or not, each container's state)."""
+    status = platform.status(name, namespace)
+    where = [f"phase {status.get('phase')}"] + ([f"job {status['jobId']}"] if status.get("jobId") else [])
+    cluster = status.get("rayClusterName")
+    if not cluster:
+        return status, "; ".join([*where, "no RayCluster yet"])
+    pods = sorted(
+        (pod for group in platform.kuberay.pods(namespace, cluster).values() for pod in group),
+        key=lambda pod: pod.metadata.name,
+    )
+    return status, "; ".join(where + ([pod_where(pod) for pod in pods] or ["no Pod yet"]))
+
+
+def wait_on_pods(
+    platform: journeys.Platform, what: str, name: str, namespace: str, check, phase_failed=False
+):
+    """The experiment's status once ``check(status)`` holds, waiting as long as its Pods and
+    status move (``wait_along``: 300 s without a change fails, naming where it stood, as does
+    900 s in all); a Failed phase fails at once unless that is what is waited for."""
+
+    def progress() -> tuple[Any, str]:
+        status, where = experiment_where(platform, name, namespace)
+        if status.get("phase") == "Failed" and not phase_failed:
+            raise AssertionError(f"{namespace}/{name} failed: {status.get('message')}")
+        return (status if check(status) else None), where
+
+    def events() -> str:
+        plane = platform.stack.plane
+        return plane.kubectl_run(
+            "get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False
+        ).stdout[-3000:]
+
+    return wait_along(f"{namespace}/{name}: {what}", progress, stuck_s=300, total_s=900, explain=events)
+
+
 #: Memory for a learner pod that starts Ray but not torch's learner (see the test below).
 TINY_LEARNER = "512Mi"
 
@@ -185,17 +223,17 @@ def test_bad_input_on_real_pods_is_named(pod_platform):
     # mapped name, far enough for the driver to fail in it.
     platform.apply("env.typo", ns, typo)
 
-    failed = wait_for(
-        "the experiment with a typo Failed",
-        lambda: (s := platform.status("env.typo", ns)).get("phase") == "Failed" and s,
-        300,
+    failed = wait_on_pods(
+        platform, "Failed", "env.typo", ns, lambda s: s.get("phase") == "Failed", phase_failed=True
     )
     assert "unknown env 'NoSuchEnv-v0'" in failed["message"], failed
     assert failed["rayClusterName"].startswith("rlx-env-typo-"), failed
-    greedy = platform.wait("the learner Unschedulable", "greedy", ns, lambda s: said(s, "Unschedulable"), 120)
+    greedy = wait_on_pods(
+        platform, "the learner Unschedulable", "greedy", ns, lambda s: said(s, "Unschedulable")
+    )
     assert greedy["phase"] == "Provisioning"
     assert "group learners" in greedy["message"] and "nvidia.com/gpu" in greedy["message"], greedy
-    tiny = platform.wait("the learner OOMKilled", "tiny", ns, lambda s: said(s, "OOMKilled"), 300)
+    tiny = wait_on_pods(platform, "the learner OOMKilled", "tiny", ns, lambda s: said(s, "OOMKilled"))
     assert tiny["phase"] == "Restarting"
     assert "group learners" in tiny["message"] and TINY_LEARNER in tiny["message"], tiny
 
