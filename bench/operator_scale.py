@@ -71,8 +71,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="give up waiting for Running after")
     parser.add_argument("--no-restart", action="store_true", help="skip the operator restart")
     parser.add_argument("--no-record", action="store_true", help=f"do not write {RESULTS.name}")
+    parser.add_argument(
+        "--kuberay-concurrency",
+        type=int,
+        default=1,
+        help="KubeRay's reconcileConcurrency (its chart's default: 1)",
+    )
     parser.add_argument("--profile", type=Path, help="py-spy flame graphs of the operator into this folder")
     args = parser.parse_args(argv)
+    if args.kuberay_concurrency < 1:
+        parser.error(f"--kuberay-concurrency must be at least 1, not {args.kuberay_concurrency}")
     missing = missing_parts()
     if missing:
         raise SystemExit(f"bench.operator_scale: {missing}")
@@ -80,7 +88,9 @@ def main(argv: list[str] | None = None) -> None:
     namespaces = [f"team-{i:02d}" for i in range(math.ceil(args.experiments / EXPERIMENTS_PER_NAMESPACE))]
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    sim = SimulatedCluster(nodes, namespaces, iteration_s=args.iteration_s)
+    sim = SimulatedCluster(
+        nodes, namespaces, iteration_s=args.iteration_s, kuberay_concurrency=args.kuberay_concurrency
+    )
     with interrupted_stops(), sim:
         print(f"{nodes} simulated nodes, KubeRay and the scheduler up in {time.monotonic() - started:.0f} s")
         figures = measure(args, sim, namespaces)
@@ -418,6 +428,7 @@ def record(args: Any, nodes: int, figures: dict[str, Any]) -> dict[str, Any]:
         "experiments": args.experiments,
         "nodes": nodes,
         "stream_per_s": args.stream,
+        "kuberay_concurrency": args.kuberay_concurrency,
         **{key: figures.get(key) for key in HEADLINE},
         "detail": figures,
         "date": datetime.date.today().isoformat(),
@@ -434,12 +445,12 @@ def record(args: Any, nodes: int, figures: dict[str, Any]) -> dict[str, Any]:
 
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
     """What a row measures (a new measurement of it replaces the old)."""
-    return row["experiments"], row["nodes"], row.get("stream_per_s")
+    return row["experiments"], row["nodes"], row.get("stream_per_s"), row.get("kuberay_concurrency", 1)
 
 
 def _order(row: dict[str, Any]) -> tuple[Any, ...]:
     """Rows by size, the ones applied at once first."""
-    return row["experiments"], row["nodes"], row.get("stream_per_s") or 0
+    return row["experiments"], row["nodes"], row.get("stream_per_s") or 0, row.get("kuberay_concurrency", 1)
 
 
 if __name__ == "__main__":

@@ -279,7 +279,11 @@ def operator_scale_plot() -> bytes:
     """The operator against the number of experiments (``bench.operator_scale``): its API
     requests per experiment per minute in steady state, KubeRay's beside them, and its memory."""
     rows = sorted(
-        (row for row in load("operator_scale") if row.get("stream_per_s") is None),
+        (
+            row
+            for row in load("operator_scale")
+            if row.get("stream_per_s") is None and row.get("kuberay_concurrency", 1) == 1
+        ),
         key=lambda row: row["experiments"],
     )
     figure, (requests, memory) = _axes_pair(9, 3.5)

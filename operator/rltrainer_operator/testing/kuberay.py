@@ -4,7 +4,8 @@ The binary is built here from KubeRay's Go module at the version ``parts.toml`` 
 kuberay``); its CRDs are that module's own (``config/crd/bases``), never a copy, and its identity
 is the chart's: a ServiceAccount ``kuberay-system/kuberay-operator`` bound to the ClusterRole of
 the module's ``config/rbac/role.yaml``, with a real token. The flags are the chart's defaults for
-one replica: leader election off, the chart's feature gates, metrics on, one reconcile at a time,
+one replica: leader election off, the chart's feature gates, metrics on, one reconcile at a time
+(unless asked for more),
 the chart's client QPS and burst; metrics and health probes on free 127.0.0.1 ports; no webhook.
 
     install_crds(plane)                      # once per control plane
@@ -57,7 +58,8 @@ class KubeRayOperator:
     """KubeRay's operator process for ``plane``; a context manager.
 
     ``namespaces``: the chart's ``watchNamespace`` (None: every namespace). ``env``: the chart's
-    ``env`` (e.g. ``{"ENABLE_PROBES_INJECTION": "false"}``)."""
+    ``env`` (e.g. ``{"ENABLE_PROBES_INJECTION": "false"}``). ``reconcile_concurrency``: the
+    chart's ``reconcileConcurrency`` (its default, 1: one RayCluster reconciled at a time)."""
 
     def __init__(
         self,
@@ -67,8 +69,12 @@ class KubeRayOperator:
         namespaces: list[str] | None = None,
         env: dict[str, str] | None = None,
         ready_timeout_s: float = 120.0,
+        reconcile_concurrency: int = 1,
     ) -> None:
+        if reconcile_concurrency < 1:
+            raise ValueError(f"reconcile_concurrency must be at least 1, not {reconcile_concurrency}")
         self.plane = plane
+        self.reconcile_concurrency = reconcile_concurrency
         self.binary = Path(binary) if binary is not None else parts.build("kuberay")
         self.namespaces = list(namespaces or [])
         self.env = dict(env or {})
@@ -87,7 +93,7 @@ class KubeRayOperator:
                 f"--health-probe-bind-address=127.0.0.1:{probe_port}",
                 "--enable-leader-election=false",
                 "--enable-metrics=true",
-                "--reconcile-concurrency=1",
+                f"--reconcile-concurrency={self.reconcile_concurrency}",
                 f"--qps={QPS}",
                 f"--burst={BURST}",
                 "--log-stdout-encoder=json",

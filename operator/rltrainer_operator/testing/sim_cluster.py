@@ -291,7 +291,8 @@ def kwok_config(path: Path) -> Path:
 class SimulatedCluster:
     """The control plane, KWOK with ``nodes`` nodes, the scheduler, KubeRay (watching every
     namespace, as its chart does) and the job API stand-in; a context manager. ``namespaces``:
-    created here, for the experiments.
+    created here, for the experiments. ``kuberay_concurrency``: KubeRay's reconcile concurrency
+    (its chart's default, 1).
 
     Attributes once started: ``plane``, ``api`` (an admin ``ApiClient``), ``kuberay``
     (``KubeRayOperator``), ``jobs`` (the ``FakeRayJobs``), ``nodes`` (their names)."""
@@ -304,8 +305,10 @@ class SimulatedCluster:
         gpu_node_share: float = 0.1,
         iteration_s: float = 30.0,
         ready_timeout_s: float = 600.0,
+        kuberay_concurrency: int = 1,
     ) -> None:
         self.node_count = nodes
+        self.kuberay_concurrency = kuberay_concurrency
         self.namespaces = list(namespaces)
         self.gpu_node_share = gpu_node_share
         self.iteration_s = iteration_s
@@ -353,7 +356,9 @@ class SimulatedCluster:
             self._create_nodes(core)
             took("nodes")
             self._start_scheduler()
-            self.kuberay = KubeRayOperator(self.plane, parts.find("kuberay"))  # its chart's: every namespace
+            self.kuberay = KubeRayOperator(  # its chart's: every namespace
+                self.plane, parts.find("kuberay"), reconcile_concurrency=self.kuberay_concurrency
+            )
             self.kuberay.start()
             self.jobs = FakeRayJobs()
             self.jobs.progress = self.progress
