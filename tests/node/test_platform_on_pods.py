@@ -166,18 +166,18 @@ def experiment_where(platform: journeys.Platform, name: str, namespace: str) -> 
     return status, "; ".join(where + ([pod_where(pod) for pod in pods] or ["no Pod yet"]))
 
 
-def wait_on_pods(
-    platform: journeys.Platform, what: str, name: str, namespace: str, check, phase_failed=False
-):
+def wait_on_pods(platform: journeys.Platform, what: str, name: str, namespace: str, check):
     """The experiment's status once ``check(status)`` holds, waiting as long as its Pods and
     status move (``wait_along``: 300 s without a change fails, naming where it stood, as does
-    900 s in all); a Failed phase fails at once unless that is what is waited for."""
+    900 s in all); a Failed phase that ``check`` does not accept fails at once."""
 
     def progress() -> tuple[Any, str]:
         status, where = experiment_where(platform, name, namespace)
-        if status.get("phase") == "Failed" and not phase_failed:
+        if check(status):
+            return status, where
+        if status.get("phase") == "Failed":
             raise AssertionError(f"{namespace}/{name} failed: {status.get('message')}")
-        return (status if check(status) else None), where
+        return None, where
 
     def events() -> str:
         plane = platform.stack.plane
@@ -223,9 +223,7 @@ def test_bad_input_on_real_pods_is_named(pod_platform):
     # mapped name, far enough for the driver to fail in it.
     platform.apply("env.typo", ns, typo)
 
-    failed = wait_on_pods(
-        platform, "Failed", "env.typo", ns, lambda s: s.get("phase") == "Failed", phase_failed=True
-    )
+    failed = wait_on_pods(platform, "Failed", "env.typo", ns, lambda s: s.get("phase") == "Failed")
     assert "unknown env 'NoSuchEnv-v0'" in failed["message"], failed
     assert failed["rayClusterName"].startswith("rlx-env-typo-"), failed
     greedy = wait_on_pods(
