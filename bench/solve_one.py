@@ -25,6 +25,15 @@ def met_target(result: dict, target: float) -> bool:
     return result["episodes_total"] >= WINDOW and result["episode_return_mean"] >= target
 
 
+def met_evaluation(result: dict, eval_stop: float | None) -> bool:
+    """Whether this iteration's greedy evaluation (the tuned example's ``evaluation_interval``)
+    reached ``eval_stop``; ``None``: the tuned example stops on the training mean alone."""
+    if eval_stop is None:
+        return True
+    evaluation = (result.get("evaluation") or {}).get("episode_return_mean")
+    return evaluation is not None and evaluation >= eval_stop
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--algo", required=True)
@@ -34,6 +43,11 @@ def main() -> None:
     parser.add_argument("--target", type=float, required=True, help="the final evaluation's")
     parser.add_argument(
         "--train-target", type=float, help="the training mean that stops the run; default: --target"
+    )
+    parser.add_argument(
+        "--eval-stop",
+        type=float,
+        help="stop only at an iteration whose own evaluation (evaluation_interval) reached this too",
     )
     parser.add_argument("--budget", type=int, required=True)
     parser.add_argument("--eval-episodes", type=int, default=20)
@@ -53,7 +67,7 @@ def main() -> None:
         algo = config.build()
         while True:
             result = algo.train()
-            solved = met_target(result, train_target)
+            solved = met_target(result, train_target) and met_evaluation(result, args.eval_stop)
             if solved or result["timesteps_total"] >= args.budget:
                 break
         stopped_at, cpu_s = time.time(), time.process_time()

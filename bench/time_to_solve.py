@@ -36,6 +36,7 @@ from bench.common import (
     run_seed,
     summarize_seeds,
 )
+from rltrainer.experiment import canonical_stop_key
 
 #: BENCHMARKS.md's target per env, and the budget for a tuned example that sets none.
 TARGETS = {"CartPole-v1": (475.0, 300_000), "Pendulum-v1": (-200.0, 50_000)}
@@ -54,6 +55,16 @@ def train_target(spec: dict[str, Any], target: float) -> float:
     return max(float(stop), target) if stop is not None else target
 
 
+def evaluation_stop(spec: dict[str, Any]) -> float | None:
+    """The tuned example's stop on its own greedy evaluations (``evaluation/episode_return_mean``,
+    or RLlib's spellings of it), if it has one: a seed then also stops only at an iteration whose
+    evaluation (every ``evaluation_interval`` iterations) reached it."""
+    for key, value in (spec.get("stop") or {}).items():
+        if canonical_stop_key(str(key)) == "evaluation/episode_return_mean":
+            return float(value)
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -68,6 +79,12 @@ def main(argv: list[str] | None = None) -> None:
         "--train-target",
         type=float,
         help="the training mean that stops a seed; default: the tuned example's stop, if stricter",
+    )
+    parser.add_argument(
+        "--eval-stop",
+        type=float,
+        help="stop a seed only at an iteration whose own greedy evaluation reached this too (needs an "
+        "evaluation_interval); default: the tuned example's evaluation/episode_return_mean stop",
     )
     parser.add_argument(
         "--budget", type=int, help="env steps; default: the tuned example's stop.timesteps_total"
@@ -86,14 +103,21 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"no default target/budget for {args.env}: pass --target and --budget")
     train_at = args.train_target if args.train_target is not None else train_target(spec, target)
     config = {**spec.get("config", {}), **json.loads(args.config)}
+    eval_stop = args.eval_stop if args.eval_stop is not None else evaluation_stop(spec)
+    if eval_stop is not None and not config.get("evaluation_interval"):
+        raise SystemExit(f"a stop on evaluations of {eval_stop} needs evaluation_interval in the config")
     child_env, caps = capped_env(args.cpu_caps)
     kernels = kernels_in(child_env)
     if caps and above_avx2(kernels):
         raise SystemExit(f"--cpu-caps {args.cpu_caps} did not take: the seeds would compute with {kernels}")
     capped = f", kernels capped at {args.cpu_caps}" if caps else ""
+    evaluated = ""
+    if eval_stop is not None:
+        evaluated = f" and an evaluation of {eval_stop} (every {config['evaluation_interval']} iterations)"
     print(
         f"{args.algo} on {args.env}: target {target}, budget {budget} steps, config from {path.name}{capped}"
         + (f", training until a mean of {train_at}" if train_at != target else "")
+        + evaluated
     )
     print(f"  kernels in the seeds' processes: {kernels}")
 
@@ -117,9 +141,12 @@ def main(argv: list[str] | None = None) -> None:
             str(train_at),
             "--budget",
             str(budget),
+            *(["--eval-stop", str(eval_stop)] if eval_stop is not None else []),
         ]
         runs.append(run_seed(command, seed, env=child_env))
     labels = {"train_target": train_at} if train_at != target else {}
+    if eval_stop is not None:
+        labels["eval_stop"] = eval_stop
     summarize_seeds(
         runs, algo=args.algo, env=args.env, kernels=kernels, **labels, **({"cpu_caps": caps} if caps else {})
     )

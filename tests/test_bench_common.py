@@ -144,3 +144,30 @@ def test_training_stops_at_the_tuned_examples_stricter_stop(
 
     spec = {"stop": {"episode_return_mean": stop}} if stop is not None else {}
     assert train_target(spec, target) == expected
+
+
+@pytest.mark.parametrize(
+    ("stop", "expected"),
+    [
+        ({"episode_return_mean": 475}, None),
+        ({"evaluation/episode_return_mean": 475, "timesteps_total": 300_000}, 475.0),
+        ({"evaluation/env_runners/episode_reward_mean": -200}, -200.0),
+    ],
+)
+def test_a_tuned_example_may_stop_on_its_evaluations(stop: dict, expected: float | None) -> None:
+    """A tuned example that stops on its greedy evaluations (RLlib's spellings too) makes a seed
+    stop only at an iteration whose evaluation reached that, besides BENCHMARKS.md's training mean."""
+    from bench.solve_one import met_evaluation
+    from bench.time_to_solve import evaluation_stop
+
+    assert evaluation_stop({"stop": stop}) == expected
+    assert met_evaluation({"episode_return_mean": 500.0}, expected) is (expected is None)
+    assert met_evaluation({"evaluation": {"episode_return_mean": 474.0}}, 475.0) is False
+    assert met_evaluation({"evaluation": {"episode_return_mean": 475.0}}, 475.0) is True
+
+
+def test_a_stop_on_evaluations_needs_an_evaluation_interval() -> None:
+    from bench.time_to_solve import main
+
+    with pytest.raises(SystemExit, match="needs evaluation_interval"):
+        main(["--algo", "DQN", "--env", "CartPole-v1", "--config", '{"evaluation_interval": null}'])

@@ -263,14 +263,16 @@ def tuned(tmp_path: Path) -> DQNConfig:
 
 
 def test_tuned_example_solves_cartpole(tmp_path):
-    """BENCHMARKS.md's criterion: a 20-episode training mean >= 475 (seed 0: ~49k env steps),
-    then the greedy policy at that moment also averages >= 475 (seed 0: 500)."""
-    config = tuned(tmp_path).evaluation(evaluation_duration=10, evaluation_config={"explore": False})
+    """BENCHMARKS.md's criterion: a 20-episode training mean >= 475 at an iteration whose own
+    greedy evaluation (the example's stop, every 5 iterations) also reached 475 (seed 0: ~47k env
+    steps), then the greedy policy at that moment also averages >= 475 (seed 0: 500)."""
+    config = tuned(tmp_path).evaluation(evaluation_duration=10)
     algo = config.build()
     try:
         while True:
             result = algo.train()
-            if result["episode_return_mean"] >= 475 or result["timesteps_total"] >= 100_000:
+            evaluation = result.get("evaluation", {}).get("episode_return_mean", -1.0)
+            if min(result["episode_return_mean"], evaluation) >= 475 or result["timesteps_total"] >= 100_000:
                 break
         assert result["episode_return_mean"] >= 475, result["timesteps_total"]
         assert algo.evaluate()["evaluation"]["episode_return_mean"] >= 475
