@@ -11,7 +11,10 @@ and so does the budget: its ``stop.timesteps_total`` (ES and ARS need 3M steps o
 PPO 300k); ``--budget`` overrides it. Training stops at the benchmark's target, or at the
 tuned example's ``stop.episode_return_mean`` where that is stricter (a margin above the target
 for the final greedy evaluation, which is still judged against the target; the seconds count
-the extra training); ``--train-target`` overrides it.
+the extra training); ``--train-target`` overrides it. A tuned example that stops on its own
+greedy evaluations (``stop: {evaluation/episode_return_mean: X}`` with an ``evaluation_interval``,
+as RLlib's tuned examples) stops a seed only at an iteration whose evaluation reached X too;
+``--eval-stop`` overrides X.
 
 ``--cpu-caps avx2`` runs every seed's process with torch's kernels (oneDNN, ATen, MKL),
 numpy's (its own and OpenBLAS) and numba's capped at AVX2 (``bench.common.CAP_VALUES``): an
