@@ -243,12 +243,16 @@ def _restart(sim: SimulatedCluster, operator: Any, n: int) -> dict[str, Any]:
     """Stop the operator, advance every job, start it again: time to current statuses, its burst."""
     operator.stop()
     sim.advance(1000)
-    wanted = {
+    progress = {
         (item["metadata"]["namespace"], item["metadata"]["name"]): sim.progress(
             item["metadata"]["namespace"], item["metadata"]["name"]
-        )["iteration"]
+        )
         for item in sim.experiments()
     }
+    jobless = sorted(f"{namespace}/{name}" for (namespace, name), p in progress.items() if p is None)
+    if jobless:
+        raise SystemExit(f"{len(jobless)} experiment(s) Running without a job at the job API: {jobless[:5]}")
+    wanted = {key: p["iteration"] for key, p in progress.items()}
     offset, t0 = sim.audit_offset(), time.monotonic()
     operator.start()
     started_s = time.monotonic() - t0

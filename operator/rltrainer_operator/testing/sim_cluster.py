@@ -464,14 +464,16 @@ class SimulatedCluster:
 
     def _note_jobs(self) -> None:
         """Start the clock of each job submitted since the last call (``_lock`` held)."""
-        submissions = self.jobs.submissions
-        for body in submissions[self._seen_submissions :]:
+        # The job API's threads append while this reads: count what was read, not the list's
+        # length afterwards (a submission appended in between would never be seen).
+        new = self.jobs.submissions[self._seen_submissions :]
+        for body in new:
             experiment_ = body.get("metadata", {}).get("rltrainer.io/experiment", "")
             key = tuple(experiment_.split("/", 1))
             self._job_started[key] = time.time()
             self._job_runs[key] = (body["submission_id"], SimulatedSweep.of(body["entrypoint"]))
             self._job_experiments[body["submission_id"]] = key
-        self._seen_submissions = len(submissions)
+        self._seen_submissions += len(new)
 
     def _job_read(self, job_id: str) -> None:
         """Before the job API answers about ``job_id``: a sweep whose trials have all
