@@ -39,7 +39,7 @@ from rltrainer_operator.testing.local_stack import REGION, LocalStack
 from rltrainer_operator.testing.node import missing_node_requirements
 from rltrainer_operator.testing.runner import OperatorRunner
 from rltrainer_operator.testing.s3_server import UNMADE_BUCKET
-from tests.conftest import built_part
+from tests.conftest import built_part, timeout_scale
 from tests.e2e.helpers import MERGE, get_raycluster, wait_for
 
 BUCKET = "rl-checkpoints"
@@ -199,7 +199,9 @@ def running_platform(
         poll_interval_s=1,
         backoff_base_s=2,
         backoff_max_s=10,
-        provision_timeout_s=300,
+        # The product's default, scaled as every test deadline is: on the node a cluster's first
+        # start includes the trainer image's import, minutes on a loaded machine.
+        provision_timeout_s=Settings.provision_timeout_s * timeout_scale(),
         metrics_port=0,
         ray_token_key="journey-ray-token-key",  # the RayClusters run with Ray token authentication
     )
