@@ -356,7 +356,7 @@ def test_resume_after_sigkill(tmp_path):
 
 
 def stubbed(endpoint: str) -> tuple[S3Storage, Stubber]:
-    client = boto3.client("s3", endpoint_url=endpoint)
+    client = boto3.session.Session().client("s3", endpoint_url=endpoint)
     return S3Storage(f"s3://{BUCKET}/stub", {"retry_delay_s": 0.001}, client=client), Stubber(client)
 
 

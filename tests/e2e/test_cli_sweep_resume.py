@@ -32,7 +32,9 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, real_s3):
 def s3_keys(prefix: str) -> list[str]:
     import boto3
 
-    listing = boto3.client("s3").list_objects_v2(Bucket="exists", Prefix=prefix)
+    # A session of its own: the default session keeps the first credentials it resolved (another
+    # test's server's keys, in the same process), whatever the environment says now.
+    listing = boto3.session.Session().client("s3").list_objects_v2(Bucket="exists", Prefix=prefix)
     return [item["Key"] for item in listing.get("Contents", [])]
 
 

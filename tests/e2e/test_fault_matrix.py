@@ -118,7 +118,7 @@ def moto(monkeypatch):
 
     server = MotoServer(monkeypatch)
     server.start()
-    boto3.client("s3", endpoint_url=server.endpoint).create_bucket(Bucket=BUCKET)
+    boto3.session.Session().client("s3", endpoint_url=server.endpoint).create_bucket(Bucket=BUCKET)
     yield server
     server.stop()
 

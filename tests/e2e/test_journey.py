@@ -590,7 +590,7 @@ def s3_objects(stack: LocalStack, prefix: str) -> dict[str, float]:
     """``{key: last modified (epoch s)}`` of the objects under ``prefix`` in the bucket."""
     import boto3
 
-    s3 = boto3.client("s3", endpoint_url=stack.s3_endpoint, region_name=REGION)
+    s3 = boto3.session.Session().client("s3", endpoint_url=stack.s3_endpoint, region_name=REGION)
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
     return {
         item["Key"]: item["LastModified"].timestamp() for page in pages for item in page.get("Contents", [])

@@ -506,7 +506,12 @@ def test_two_replicas_one_acting_and_the_leaders_pod_deleted(control_plane, imag
     (follower,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader]
     deleted = time.monotonic()
     control_plane.kubectl_run("delete", "pod", leader, "-n", NAMESPACE, "--wait=false")
-    wait_for("the follower holding the Lease", lambda: lease_holder(control_plane) == follower, 60)
+    wait_for(
+        "the follower holding the Lease",
+        lambda: lease_holder(control_plane) == follower,
+        60,
+        explain=lambda: failover_state(control_plane, leader, follower),
+    )
     print(f"the leader's Pod deleted: the follower took over in {time.monotonic() - deleted:.1f} s")
     # The follower's operator acts: a new experiment is reconciled.
     experiment = {**EXPERIMENT, "metadata": {"name": "ppo-after-failover", "namespace": WATCHED}}
@@ -517,6 +522,21 @@ def test_two_replicas_one_acting_and_the_leaders_pod_deleted(control_plane, imag
         60,
     )
     control_plane.kubectl_run("delete", "rlexperiment", "ppo-after-failover", "-n", WATCHED, "--wait=false")
+
+
+def failover_state(control_plane, leader: str, follower: str) -> str:
+    """The Lease, the operator's Pods and both replicas' last log lines (the deleted one's while
+    its container is still there), for a failover that did not come."""
+    lease = (get(control_plane, "lease", RELEASE, "-n", NAMESPACE) or {}).get("spec")
+    pods = [
+        (p["metadata"]["name"], p["status"].get("phase"), p["metadata"].get("deletionTimestamp"))
+        for p in operator_pods(control_plane)
+    ]
+    logs = {
+        name: control_plane.kubectl_run("logs", name, "-n", NAMESPACE, "--tail=25", check=False).stdout
+        for name in (leader, follower)
+    }
+    return f"lease: {lease}\npods: {pods}\n" + "".join(f"--- {name}:\n{text}" for name, text in logs.items())
 
 
 def running_pods(control_plane) -> list[dict]:
