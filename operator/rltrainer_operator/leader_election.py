@@ -57,6 +57,14 @@ LEASE_CALL_TIMEOUT_S = 1.5
 #: A refused Lease call is said once a minute (the retries go on every retry period).
 REFUSAL_LOG_INTERVAL_S = 60
 DEFAULT_LEASE = "rltrainer-operator"
+#: The Pod's terminationGracePeriodSeconds (the chart sets it; Kubernetes' default otherwise):
+#: on SIGTERM the operator gets this less ``RELEASE_MARGIN_S`` to stop, then is killed, so that the
+#: Lease is released before the kubelet's SIGKILL. Released, the standby takes over in one retry
+#: period; killed before the release, the Lease would have to expire (15 s), and a replacement Pod
+#: started meanwhile may win it instead.
+GRACE_VARIABLE, DEFAULT_GRACE_S = "RLTRAINER_TERMINATION_GRACE_S", 30.0
+#: A release is a read and a replace, each bounded by LEASE_CALL_TIMEOUT_S; one second to spare.
+RELEASE_MARGIN_S = 2 * LEASE_CALL_TIMEOUT_S + 1
 
 
 class _Health(BaseHTTPRequestHandler):
@@ -335,11 +343,24 @@ def _terminate(candidate: Candidate) -> None:
         if child.poll() is None:
             child.terminate()
             try:
-                child.wait(timeout=20)
+                child.wait(timeout=stop_wait_s())
             except subprocess.TimeoutExpired:
                 child.kill()
+                child.wait()
         candidate.release()
     os._exit(0)
+
+
+def stop_wait_s() -> float:
+    """How long the operator may take to stop on SIGTERM: the grace period less the release's
+    time (at least 1 s)."""
+    raw = os.environ.get(GRACE_VARIABLE, "")
+    try:
+        grace = float(raw) if raw else DEFAULT_GRACE_S
+    except ValueError:
+        logger.warning("%s=%r is not a number of seconds: taking %s", GRACE_VARIABLE, raw, DEFAULT_GRACE_S)
+        grace = DEFAULT_GRACE_S
+    return max(1.0, grace - RELEASE_MARGIN_S)
 
 
 if __name__ == "__main__":

@@ -259,3 +259,30 @@ def test_a_terminated_follower_has_nothing_to_release(monkeypatch):
     monkeypatch.setattr(leader_election.os, "_exit", exits.append)
     leader_election._terminate(candidate)
     assert released == [] and exits == [0]
+
+
+def test_an_operator_slow_to_stop_is_killed_in_time_to_release(monkeypatch):
+    """An operator that ignores SIGTERM is killed within the Pod's grace period less the release's
+    time, and the Lease is released before the kubelet's SIGKILL would end the elector."""
+    from rltrainer_operator import leader_election
+
+    monkeypatch.setenv(leader_election.GRACE_VARIABLE, str(leader_election.RELEASE_MARGIN_S + 2))
+    candidate = Candidate(["sleep", "30"], LEASE, "ns", "replica-a")
+    candidate.child = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 30"])
+    time.sleep(0.3)  # the trap is set
+    released, exits = [], []
+    monkeypatch.setattr(candidate, "release", lambda: released.append(time.monotonic()))
+    monkeypatch.setattr(leader_election.os, "_exit", exits.append)
+    started = time.monotonic()
+    leader_election._terminate(candidate)
+    assert candidate.child.returncode == -signal.SIGKILL
+    assert exits == [0] and released and released[0] - started < 2 + 1
+
+
+@pytest.mark.parametrize(("grace", "wait"), [("", 30 - 4.0), ("20", 16.0), ("3", 1.0), ("soon", 30 - 4.0)])
+def test_the_stop_wait_leaves_time_to_release(monkeypatch, grace, wait):
+    from rltrainer_operator import leader_election
+
+    monkeypatch.setenv(leader_election.GRACE_VARIABLE, grace)
+    assert leader_election.RELEASE_MARGIN_S == 4.0
+    assert leader_election.stop_wait_s() == wait
