@@ -200,7 +200,7 @@ def test_pbt_exploits_and_the_copy_continues_from_the_donor(tmp_path):
     # whose starting counters are not its own previous ones.
     frames = [result.metrics_dataframe for result in results]
     table = ["training_iteration", "iterations_since_restore", "timesteps_total", "num_env_steps_sampled"]
-    tables = [frame[table] for frame in frames]
+    tables = [frame[table].to_string() for frame in frames]  # every column, in a failure message
 
     def start_of(row) -> int:  # the counters the restored trial started from
         return int(row.timesteps_total - row.num_env_steps_sampled)
@@ -222,14 +222,23 @@ def test_pbt_exploits_and_the_copy_continues_from_the_donor(tmp_path):
         and start_of(row) != own_counters(frame, row.training_iteration - 1)
     ]
     assert exploits, tables
-    index, row = exploits[0]
+
+    def cloned_at(index: int, row) -> list[int]:  # the donor's counters where the copy was made
+        donor = frames[1 - index]
+        return [
+            int(steps)
+            for steps in donor.loc[donor.training_iteration == row.training_iteration - 1, "timesteps_total"]
+        ]
+
     # The copy continues from the donor's counters at the donor's iteration it was cloned at (its
     # own could not have reached them: the trials sample 200 and 600 steps per iteration), with
-    # the donor's config (batch size).
-    donor = frames[1 - index]
-    cloned_at = donor.loc[donor.training_iteration == row.training_iteration - 1, "timesteps_total"]
-    assert start_of(row) in [int(steps) for steps in cloned_at], tables
-    assert row["config/train_batch_size"] == donor["config/train_batch_size"].iloc[0]
+    # the donor's config (batch size). A loaded machine can make a trial's own restore look like
+    # an exploit above (its row at that iteration replaced by a later run's); the copy is the
+    # one that starts from the donor's counters.
+    copies = [(index, row) for index, row in exploits if start_of(row) in cloned_at(index, row)]
+    assert copies, tables
+    index, row = copies[0]
+    assert row["config/train_batch_size"] == frames[1 - index]["config/train_batch_size"].iloc[0]
 
 
 class KillOnce(DefaultCallbacks):
