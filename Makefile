@@ -88,16 +88,21 @@ test: $(STAMP) system-deps parts
 # End to end: tests/e2e (the operator, real local Ray clusters played by the process stand-in
 # for KubeRay, the real S3 server, the fault matrix) and tests/node (the same journeys on real Pods on two
 # real nodes made by KubeRay's own operator, suspend/resume, a sweep, the S3 refusals, a Helm
-# release's upgrade, rollback and uninstall, and Kueue's queues, preemption, a drain and deleted pods
-# there too). About 35 minutes on 2 cores; `make test` runs the process journey shortened (a fixed
-# number of iterations instead of until solved), the node's bad-input cases and API server restart,
-# Kueue on the simulated cluster, and the fault matrix's storage rows (docs/design/testing.md).
+# release's upgrade, rollback and uninstall, Kueue's queues, preemption, a drain and deleted pods
+# there too, and the cluster's own faults). About an hour on 2 cores; `make test` runs the process
+# journey shortened (a fixed number of iterations instead of until solved), the node's bad-input
+# cases, leader failover and API server restart, Kueue on the simulated cluster, and the fault
+# matrix's storage rows (docs/design/testing.md).
 # Then the library's tests marked e2e_only: those whose smaller check make test runs instead (the
 # documents' command for every algorithm with its defaults, training to a target).
+# Both halves run whatever the first one's outcome (make fails if either did), and -rP prints what
+# passing tests printed: the fault tests' JSON records (recovery time, iterations lost).
 e2e: $(STAMP) system-deps parts
-	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder tests/e2e tests/node
-	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m e2e_only tests \
-		--ignore=tests/e2e --ignore=tests/node
+	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -rfEP \
+		tests/e2e tests/node; platform=$$?; \
+	RLTRAINER_E2E=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m e2e_only -rfE tests \
+		--ignore=tests/e2e --ignore=tests/node; library=$$?; \
+	test $$platform = 0 && test $$library = 0
 
 lint: $(STAMP)
 	$(BIN)/ruff check rltrainer operator tests bench
