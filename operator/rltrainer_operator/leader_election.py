@@ -98,12 +98,19 @@ def readiness_address() -> tuple[str, int] | None:
 class Candidate:
     """One replica: follows until it holds the Lease, then runs ``command`` while it holds it."""
 
-    def __init__(self, command: list[str], lease: str, namespace: str, identity: str) -> None:
+    def __init__(
+        self, command: list[str], lease: str, namespace: str, identity: str, api_client: Any = None
+    ) -> None:
         self.command = command
         self.lease, self.namespace, self.identity = lease, namespace, identity
+        self.api_client = api_client  # the kubernetes client's (None: its default configuration)
         self.child: subprocess.Popen | None = None
         self.exit_code = 1
         self._health: list[ThreadingHTTPServer] = []
+        # SIGTERM may come between winning the Lease and starting the operator (lead() runs in
+        # the election's thread): once stopping, no operator is started.
+        self._starting = threading.Lock()
+        self.stopping = False
 
     # --- the follower's liveness and readiness ---------------------------------------------------
     def serve_health(self) -> None:
@@ -123,8 +130,11 @@ class Candidate:
     def lead(self) -> None:
         """Run the operator; returns (raising) when it ends, which stops the renewals."""
         logger.info("%s holds Lease %s/%s: starting the operator", self.identity, self.namespace, self.lease)
-        self.stop_health()
-        self.child = subprocess.Popen(self.command)
+        with self._starting:
+            if self.stopping:
+                raise RuntimeError("stopping (SIGTERM): the operator is not started")
+            self.stop_health()
+            self.child = subprocess.Popen(self.command)
         self.exit_code = self.child.wait()
         raise RuntimeError(f"the operator ended with status {self.exit_code}")
 
@@ -141,11 +151,18 @@ class Candidate:
             self.release()
         os._exit(self.exit_code if child is not None and child.returncode == 0 else 1)
 
+    def stop_starting(self) -> subprocess.Popen | None:
+        """No operator is started from now on; the one started already, if any."""
+        with self._starting:
+            self.stopping = True
+            return self.child
+
     def release(self) -> None:
-        """Give the Lease up (the operator ended by itself): the standby need not wait it out."""
+        """Give the Lease up if this replica holds it (the operator ended, or SIGTERM): the others
+        need not wait it out."""
         import kubernetes
 
-        api = kubernetes.client.CoordinationV1Api()
+        api = kubernetes.client.CoordinationV1Api(self.api_client)
         try:
             bounded = _BoundedCalls(api, LEASE_CALL_TIMEOUT_S)
             lease = bounded.read_namespaced_lease(self.lease, self.namespace)
@@ -336,18 +353,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _terminate(candidate: Candidate) -> None:
-    child = candidate.child
-    if child is not None:  # it led: release, whether or not its operator has already ended
-        # (a signal to the whole process group reaches the operator too, and it may be gone
-        # before this handler runs: the Lease must still be given up, not waited out)
-        if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(timeout=stop_wait_s())
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        candidate.release()
+    """SIGTERM (the Pod deleted): stop the operator, if one runs, then release the Lease if this
+    replica holds it: also when the operator has already ended (a signal to the whole process
+    group reaches it too) and when it was not started yet (the Lease won a moment before)."""
+    child = candidate.stop_starting()
+    if child is not None and child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout=stop_wait_s())
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    candidate.release()  # a read, and for a follower nothing more
     os._exit(0)
 
 

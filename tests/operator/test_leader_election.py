@@ -9,6 +9,7 @@ status does not go back.
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -250,15 +251,42 @@ def test_a_terminated_leader_releases_even_when_its_operator_went_first(monkeypa
     assert candidate.child.poll() is not None
 
 
-def test_a_terminated_follower_has_nothing_to_release(monkeypatch):
+def lease_held_by(kube: Any, identity: str) -> None:
+    """The Lease as a leader that renewed it just now leaves it."""
+    now = datetime.datetime.now(datetime.UTC)
+    spec = kubernetes.client.V1LeaseSpec(
+        holder_identity=identity, lease_duration_seconds=LEASE_DURATION_S, acquire_time=now, renew_time=now
+    )
+    lease = kubernetes.client.V1Lease(metadata=kubernetes.client.V1ObjectMeta(name=LEASE), spec=spec)
+    kubernetes.client.CoordinationV1Api(kube.api_client).create_namespaced_lease(kube.ns, lease)
+
+
+def test_a_terminated_follower_leaves_the_lease_alone(kube, monkeypatch):
     from rltrainer_operator import leader_election
 
-    candidate = Candidate(["sleep", "30"], LEASE, "ns", "replica-a")
-    released, exits = [], []
-    monkeypatch.setattr(candidate, "release", lambda: released.append(True))
+    lease_held_by(kube, "replica-b")
+    candidate = Candidate(["sleep", "30"], LEASE, kube.ns, "replica-a", kube.api_client)
+    exits = []
     monkeypatch.setattr(leader_election.os, "_exit", exits.append)
     leader_election._terminate(candidate)
-    assert released == [] and exits == [0]
+    assert exits == [0] and holder(kube) == "replica-b"
+
+
+def test_sigterm_between_winning_the_lease_and_starting_the_operator_releases(kube, monkeypatch):
+    """The Pod deleted a moment after its replica won the Lease, before its operator started (the
+    election starts it in a thread of its own): the Lease is released, not left to expire (a
+    15 s wait for the others), and no operator starts after the signal."""
+    from rltrainer_operator import leader_election
+
+    lease_held_by(kube, "replica-a")
+    candidate = Candidate(["sleep", "30"], LEASE, kube.ns, "replica-a", kube.api_client)
+    exits = []
+    monkeypatch.setattr(leader_election.os, "_exit", exits.append)
+    leader_election._terminate(candidate)
+    assert exits == [0] and holder(kube) is None
+    with pytest.raises(RuntimeError, match="not started"):
+        candidate.lead()
+    assert candidate.child is None
 
 
 def test_an_operator_slow_to_stop_is_killed_in_time_to_release(monkeypatch):
