@@ -24,6 +24,7 @@ import kopf
 
 from rltrainer_operator.builders.naming import EXPERIMENT_LABEL, MANAGED_BY
 from rltrainer_operator.kube import Kube, Refused, make_api_client, refused_delay
+from rltrainer_operator.memory import MemoryTrim
 from rltrainer_operator.metrics import Metrics
 from rltrainer_operator.models import GROUP, PLURAL, VERSION
 from rltrainer_operator.permissions import PermissionCheck, RefusedRetries, own_pod
@@ -148,6 +149,9 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
     memo.settings = operator_settings
     memo.metrics = Metrics()
     memo.metrics.serve(operator_settings.metrics_port, operator_settings.metrics_host)
+    # What a burst of work freed goes back to the system, not kept at the burst's peak (memory.py).
+    memo.memory_trim = MemoryTrim()
+    memo.memory_trim.start()
     # What the operator may do, asked now and every minute: a missing rule is said (a log line,
     # an event on its Pod) and makes it not ready; it stays up and carries on once it is back.
     namespaces = operator_settings.namespaces(clusterwide=settings.peering.clusterwide)
@@ -167,7 +171,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
     # Startup may have stopped early (the CRDs were never installed): close what exists.
-    for name in ("readiness", "permissions", "metrics", "api_client"):
+    for name in ("memory_trim", "readiness", "permissions", "metrics", "api_client"):
         if memo.get(name) is not None:
             memo[name].close()
 
