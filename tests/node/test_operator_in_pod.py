@@ -194,11 +194,10 @@ def test_an_experiment_is_reconciled_by_the_pod_and_survives_its_restart(control
     # the container's exit code (137 after a SIGKILL) in the Pod's last states, which a watch
     # sees to its deletion, not from how long the deletion took on a busy machine.
     exits = subprocess.Popen(
-        [
-            str(control_plane.kubectl), f"--kubeconfig={control_plane.kubeconfig}", "get", "pod",
-            old["metadata"]["name"], "-n", NAMESPACE, "--watch", "-o",
+        control_plane.kubectl_argv(
+            "get", "pod", old["metadata"]["name"], "-n", NAMESPACE, "--watch", "-o",
             'jsonpath={.status.containerStatuses[?(@.name=="operator")].state.terminated.exitCode}{"\\n"}',
-        ],
+        ),
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -506,15 +505,7 @@ def test_two_replicas_one_acting_and_the_leaders_pod_deleted(control_plane, imag
     (follower,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader]
     # The leader's own log, followed to its end: how long its operator took to stop, the release.
     leader_log = subprocess.Popen(
-        [
-            str(control_plane.kubectl),
-            f"--kubeconfig={control_plane.kubeconfig}",
-            "logs",
-            "-f",
-            leader,
-            "-n",
-            NAMESPACE,
-        ],
+        control_plane.kubectl_argv("logs", "-f", leader, "-n", NAMESPACE),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

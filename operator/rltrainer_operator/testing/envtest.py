@@ -455,12 +455,17 @@ class ControlPlane:
 
     # ------------------------------------------------------------------------------------- helpers
 
+    def kubectl_argv(self, *args: str, kubeconfig: Path | None = None) -> list[str]:
+        """The command line of ``kubectl ARGS`` against this control plane (as admin unless
+        ``kubeconfig`` is given): for a kubectl that runs on, a watch or ``logs -f``."""
+        return [str(self.kubectl), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args]
+
     def kubectl_run(
         self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None, check: bool = True
     ) -> subprocess.CompletedProcess:
         """``kubectl ARGS`` against this control plane (as admin unless ``kubeconfig`` is given)."""
         done = subprocess.run(
-            [str(self.kubectl), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            self.kubectl_argv(*args, kubeconfig=kubeconfig),
             input=stdin,
             capture_output=True,
             text=True,

@@ -489,8 +489,7 @@ state = "{self.root}/containerd-state"
         token starts."""
         ca = (self.plane.root / "pki" / "ca.crt").read_text()
         self._stop_publisher = threading.Event()
-        watch_namespaces = [str(self.plane.kubectl), f"--kubeconfig={self.plane.kubeconfig}"]
-        watch_namespaces += ["get", "namespaces", "-o", "name", "--watch"]
+        watch_namespaces = self.plane.kubectl_argv("get", "namespaces", "-o", "name", "--watch")
 
         def publish() -> None:
             done: set[str] = set()
