@@ -38,12 +38,31 @@ def s3_keys(prefix: str) -> list[str]:
     return [item["Key"] for item in listing.get("Contents", [])]
 
 
-#: The manifest of a trial's third checkpoint (checkpoint_000000 is the first).
-THIRD = "checkpoint_000002/rltrainer_checkpoint.json"
+def snapshot_trials(prefix: str) -> dict[str, tuple[str, int]]:
+    """``{trial folder: (status, last training_iteration)}`` from Tune's newest experiment
+    snapshot on S3 (``experiment_state-*.json``): what a resume restores each trial from (a trial
+    resumes from the checkpoint of its last result there, or from nothing; a TERMINATED one does not
+    run again). Empty while there is no snapshot."""
+    import boto3
+
+    names = sorted(key for key in s3_keys(prefix) if "/experiment_state-" in key)
+    if not names:
+        return {}
+    body = boto3.session.Session().client("s3").get_object(Bucket="exists", Key=names[-1])["Body"].read()
+    trials = {}
+    for state, run in json.loads(body)["trial_data"]:
+        state, run = json.loads(state), json.loads(run)
+        trials[state["relative_logdir"]] = (
+            state["status"],
+            (run["last_result"] or {}).get("training_iteration", 0),
+        )
+    return trials
 
 
-def s3_keys_ending(prefix: str, suffix: str) -> list[str]:
-    return [key for key in s3_keys(prefix) if key.endswith(suffix)]
+def both_checkpointed_and_running(prefix: str) -> dict[str, tuple[str, int]] | None:
+    trials = snapshot_trials(prefix)
+    ready = len(trials) == 2 and all(status == "RUNNING" and it >= 2 for status, it in trials.values())
+    return trials if ready else None
 
 
 @pytest.mark.usefixtures("s3_env")
@@ -73,12 +92,19 @@ def test_a_sweep_on_s3_killed_resumes_and_its_best_checkpoint_evaluates(tmp_path
         stderr=subprocess.DEVNULL,
     )
     try:
+        # Killed once the snapshot on S3 lists both trials running with 2 checkpoints or more: the
+        # checkpoints on S3 that no snapshot lists yet (Tune uploads it asynchronously, late on a
+        # loaded machine) are not what a resume promises to use.
         wait_for(
-            "3 checkpoints per trial on S3", lambda: len(s3_keys_ending("cli-sweep/sweep/", THIRD)) == 2, 180
+            "a snapshot with both trials running and checkpointed twice",
+            lambda: both_checkpointed_and_running("cli-sweep/sweep/"),
+            180,
         )
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the driver and the Ray instance it started
         first.wait()
+    at_kill = snapshot_trials("cli-sweep/sweep/")  # may have moved on since the check, not back
+    assert any(status != "TERMINATED" for status, _ in at_kill.values()), at_kill
     done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "trials: 2 TERMINATED" in done.stdout
@@ -89,9 +115,15 @@ def test_a_sweep_on_s3_killed_resumes_and_its_best_checkpoint_evaluates(tmp_path
     assert len(trials) == 2
     for trial in trials:
         rows = [json.loads(line) for line in experiment.read_bytes(f"{trial}/result.json").splitlines()]
-        # Resumed from a checkpoint: fewer iterations since the restore than in all.
         assert rows[-1]["training_iteration"] == 5
-        assert rows[-1]["iterations_since_restore"] < 5, [r["training_iteration"] for r in rows]
+        # Each trial the snapshot had running resumed from its checkpoint there (none of those
+        # iterations ran again); a trial it had finished did not run again.
+        status, iteration = at_kill[trial]
+        since_restore = 5 - iteration if status != "TERMINATED" else 5
+        assert rows[-1]["iterations_since_restore"] == since_restore, (
+            at_kill,
+            [r["training_iteration"] for r in rows],
+        )
     best = re.search(r"best checkpoint: (\S+)", done.stdout).group(1)
     assert best.startswith("s3://exists/cli-sweep/sweep/PPO_CartPole-v1_")
     assert main(["evaluate", best, "--episodes", "1"]) == 0
