@@ -23,6 +23,7 @@ from typing import Any
 import kopf
 
 from rltrainer_operator.builders.naming import EXPERIMENT_LABEL, MANAGED_BY
+from rltrainer_operator.coalescing import CoalescingRunner
 from rltrainer_operator.kube import Kube, Refused, make_api_client, refused_delay
 from rltrainer_operator.memory import MemoryTrim
 from rltrainer_operator.metrics import Metrics
@@ -161,7 +162,11 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, retry: int, **_: A
     if operator_settings.readiness_port:
         memo.readiness = ReadinessServer(operator_settings.readiness_port, lambda: memo.permissions.problem)
     memo.reconciler = Reconciler(Kube(memo.api_client), operator_settings, progress_reader(operator_settings))
-    memo.locks = defaultdict(threading.Lock)
+    # Re-entrant: a reconcile after a RayCluster change takes it to begin, then reconciles.
+    memo.locks = defaultdict(threading.RLock)
+    memo.cluster_changes = CoalescingRunner(
+        settings.execution.executor, "the reconcile after a RayCluster's change"
+    )
     memo.written = {}  # uid -> the status this operator last wrote
     memo.progress_written = {}  # uid -> when its last write of progress alone was (monotonic)
     memo.synced = {}  # uid -> the status the API server last accepted from this operator
@@ -245,7 +250,9 @@ def _cluster_view(body: kopf.Body) -> dict[str, Any]:
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-@kopf.timer(*RESOURCE, interval=POLL_INTERVAL_S)
+# The first tick one interval in: creation and the operator's start reconcile at once already
+# (a tick then too made two reconciles per experiment, one waiting in a thread for the other's lock).
+@kopf.timer(*RESOURCE, interval=POLL_INTERVAL_S, initial_delay=POLL_INTERVAL_S)
 def reconcile(
     body: kopf.Body, memo: kopf.Memo, retry: int, rayclusters_by_name: kopf.Index, **_: Any
 ) -> None:
@@ -257,7 +264,7 @@ def reconcile(
 
 
 @kopf.on.event("ray.io", "v1", "rayclusters", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
-def raycluster_changed(
+async def raycluster_changed(
     body: kopf.Body,
     type: str | None,
     memo: kopf.Memo,
@@ -266,14 +273,41 @@ def raycluster_changed(
     **_: Any,
 ) -> None:
     """A RayCluster we own changed (ready, head lost, deleted): reconcile its experiment now
-    instead of at the next timer tick."""
+    instead of at the next timer tick. Asked for, not awaited: one reconcile waits per
+    experiment however many changes come meanwhile (coalescing.py), and kopf's worker for the
+    cluster goes on to its next change at once."""
     if type is None:  # the initial listing: the timers and resume handlers cover those
         return
     key = (body.metadata.namespace, body.metadata.labels.get(EXPERIMENT_LABEL))
     for experiment in experiments_by_name.get(key, []):
-        outcome = _reconcile(experiment, memo, rayclusters_by_name)
-        for event in outcome.events:  # a refusal: the timer tries again
-            kopf.event(experiment, type=event.type, reason=event.reason, message=event.message)
+        uid = experiment["metadata"]["uid"]
+        memo.cluster_changes.ask(
+            uid, _after_cluster_change(key, uid, memo, experiments_by_name, rayclusters_by_name)
+        )
+
+
+def _after_cluster_change(
+    key: Any, uid: str, memo: kopf.Memo, experiments: kopf.Index, clusters: kopf.Index
+) -> Any:
+    """The run ``raycluster_changed`` asks for: under the experiment's lock, its latest body and
+    clusters, reconciled. A refusal is left to the timer, which tries again."""
+
+    def latest() -> Any:
+        return next((each for each in experiments.get(key, []) if each["metadata"]["uid"] == uid), None)
+
+    def run(begin: Any) -> None:
+        if latest() is None:  # deleted meanwhile (its lock is gone with it)
+            return
+        with memo.locks[uid]:
+            begin()
+            experiment = latest()
+            if experiment is None:
+                return
+            outcome = _reconcile(experiment, memo, clusters)
+            for event in outcome.events:
+                kopf.event(experiment, type=event.type, reason=event.reason, message=event.message)
+
+    return run
 
 
 def _reconcile(body: kopf.Body, memo: kopf.Memo, clusters: kopf.Index) -> Outcome:
