@@ -57,6 +57,12 @@ LEASE_CALL_TIMEOUT_S = 1.5
 #: A refused Lease call is said once a minute (the retries go on every retry period).
 REFUSAL_LOG_INTERVAL_S = 60
 DEFAULT_LEASE = "rltrainer-operator"
+
+
+class LeadingEnded(Exception):  # noqa: N818 - not an error: how leading ends
+    """How ``lead`` ends: the client's election stops renewing when its callback raises."""
+
+
 #: The Pod's terminationGracePeriodSeconds (the chart sets it; Kubernetes' default otherwise):
 #: on SIGTERM the operator gets this less ``RELEASE_MARGIN_S`` to stop, then is killed, so that the
 #: Lease is released before the kubelet's SIGKILL. Released, the standby takes over in one retry
@@ -132,11 +138,11 @@ class Candidate:
         logger.info("%s holds Lease %s/%s: starting the operator", self.identity, self.namespace, self.lease)
         with self._starting:
             if self.stopping:
-                raise RuntimeError("stopping (SIGTERM): the operator is not started")
+                raise LeadingEnded("stopping (SIGTERM): the operator is not started")
             self.stop_health()
             self.child = subprocess.Popen(self.command)
         self.exit_code = self.child.wait()
-        raise RuntimeError(f"the operator ended with status {self.exit_code}")
+        raise LeadingEnded(f"the operator ended with status {self.exit_code}")
 
     def stopped_leading(self) -> None:
         """Renewals stopped (lost past the deadline, or the operator ended): no acting after this."""
@@ -198,6 +204,17 @@ def _election(config: Any) -> Any:
         """The client's election with client-go's renew deadline: counted from the last renewal
         that went through (the client's own restarts it after each retry period, so a leader
         could act on until 12 s plus a call in flight had passed, too close to the 15 s Lease)."""
+
+        def run_onstarted_leading(self, leading_failed: threading.Event) -> None:
+            """The client's, with the normal end said as such: the client logs every end of its
+            callback as an error with a traceback ("onstarted_leading raised an exception")."""
+            try:
+                self.election_config.onstarted_leading()
+            except LeadingEnded as ended:
+                logger.info("%s: renewals stop", ended)
+            except Exception:
+                logger.exception("the operator could not be run: renewals stop")
+            leading_failed.set()
 
         def renew_loop(self, leading_failed: threading.Event | None = None) -> None:
             renewed = time.monotonic()

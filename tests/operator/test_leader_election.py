@@ -10,10 +10,12 @@ status does not go back.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -30,6 +32,7 @@ from rltrainer_operator.leader_election import (
     RENEW_DEADLINE_S,
     RETRY_PERIOD_S,
     Candidate,
+    LeadingEnded,
 )
 from rltrainer_operator.readiness import ReadinessServer
 from rltrainer_operator.testing.envtest import free_port
@@ -284,9 +287,39 @@ def test_sigterm_between_winning_the_lease_and_starting_the_operator_releases(ku
     monkeypatch.setattr(leader_election.os, "_exit", exits.append)
     leader_election._terminate(candidate)
     assert exits == [0] and holder(kube) is None
-    with pytest.raises(RuntimeError, match="not started"):
+    with pytest.raises(LeadingEnded, match="not started"):
         candidate.lead()
     assert candidate.child is None
+
+
+@pytest.mark.parametrize(
+    ("raised", "level"),
+    [(LeadingEnded("the operator ended with status 0"), "INFO"), (OSError("no such file"), "ERROR")],
+)
+def test_the_end_of_leading_stops_the_renewals_and_a_normal_end_is_no_error(raised, level, caplog):
+    """The operator's end stops the renewals (the client's election stops when its callback
+    raises); an end as such is an info line, not the client's error with a traceback."""
+    from kubernetes.leaderelection import electionconfig
+
+    from rltrainer_operator import leader_election
+
+    def lead():
+        raise raised
+
+    config = electionconfig.Config(
+        leader_election.bounded_lease_lock(LEASE, "ns", "replica-a"),
+        LEASE_DURATION_S,
+        RENEW_DEADLINE_S,
+        RETRY_PERIOD_S,
+        lead,
+        lambda: None,
+    )
+    stop = threading.Event()
+    with caplog.at_level(logging.INFO):
+        leader_election._election(config).run_onstarted_leading(stop)
+    assert stop.is_set()
+    assert [r.levelname for r in caplog.records if r.levelno >= logging.INFO] == [level]
+    assert str(raised) in caplog.text
 
 
 def test_an_operator_slow_to_stop_is_killed_in_time_to_release(monkeypatch):
