@@ -50,7 +50,7 @@ def test_asks_while_one_waits_are_that_one_and_an_ask_after_it_began_runs_again(
     go.set()
     other_go.set()
     executor.shutdown(wait=True)
-    assert runs == ["first", "second"]
+    assert sorted(runs) == ["first", "second"]  # each once, the asks coalesced never ran
     assert not runner.waiting("a")
 
 
