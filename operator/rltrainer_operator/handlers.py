@@ -257,8 +257,7 @@ def reconcile(
     body: kopf.Body, memo: kopf.Memo, retry: int, rayclusters_by_name: kopf.Index, **_: Any
 ) -> None:
     outcome = _reconcile(body, memo, rayclusters_by_name)
-    for event in outcome.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    _post(body, outcome)
     if outcome.refused is not None:  # kopf logs it, one line a try, and tries again with backoff
         raise kopf.TemporaryError(str(outcome.refused), delay=refused_delay(retry))
 
@@ -303,11 +302,15 @@ def _after_cluster_change(
             experiment = latest()
             if experiment is None:
                 return
-            outcome = _reconcile(experiment, memo, clusters)
-            for event in outcome.events:
-                kopf.event(experiment, type=event.type, reason=event.reason, message=event.message)
+            _post(experiment, _reconcile(experiment, memo, clusters))
 
     return run
+
+
+def _post(body: kopf.Body, outcome: Outcome) -> None:
+    """The reconcile's events, on the experiment."""
+    for event in outcome.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
 def _reconcile(body: kopf.Body, memo: kopf.Memo, clusters: kopf.Index) -> Outcome:

@@ -57,12 +57,6 @@ LEASE_CALL_TIMEOUT_S = 1.5
 #: A refused Lease call is said once a minute (the retries go on every retry period).
 REFUSAL_LOG_INTERVAL_S = 60
 DEFAULT_LEASE = "rltrainer-operator"
-
-
-class LeadingEnded(Exception):  # noqa: N818 - not an error: how leading ends
-    """How ``lead`` ends: the client's election stops renewing when its callback raises."""
-
-
 #: The Pod's terminationGracePeriodSeconds (the chart sets it; Kubernetes' default otherwise):
 #: on SIGTERM the operator gets this less ``RELEASE_MARGIN_S`` to stop, then is killed, so that the
 #: Lease is released before the kubelet's SIGKILL. Released, the standby takes over in one retry
@@ -71,6 +65,10 @@ class LeadingEnded(Exception):  # noqa: N818 - not an error: how leading ends
 GRACE_VARIABLE, DEFAULT_GRACE_S = "RLTRAINER_TERMINATION_GRACE_S", 30.0
 #: A release is a read and a replace, each bounded by LEASE_CALL_TIMEOUT_S; one second to spare.
 RELEASE_MARGIN_S = 2 * LEASE_CALL_TIMEOUT_S + 1
+
+
+class LeadingEnded(Exception):  # noqa: N818 - not an error: how leading ends
+    """How ``lead`` ends: the client's election stops renewing when its callback raises."""
 
 
 class _Health(BaseHTTPRequestHandler):

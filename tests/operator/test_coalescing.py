@@ -20,7 +20,7 @@ def executor():
 
 
 def blocker() -> tuple[threading.Event, threading.Event]:
-    """A run that says when it started and waits to be let go."""
+    """A blocking run's two events: it sets the first once started, then waits for the second."""
     return threading.Event(), threading.Event()
 
 
